@@ -1,0 +1,206 @@
+"""Slurm's configuration files as a pure function of the stack config and a Site.
+
+``render_slurm_files(config, site)`` is the one way slurm.conf, gres.conf and
+cgroup.conf are made: the Kubernetes deployment feeds it a Site built from its
+Services and mount paths (:func:`kubernetes_site`), the real-Slurm tests a Site
+pointing at loopback ports and a temporary directory. Same templates for both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import hostlist
+import jinja2
+
+from config.models import DatabaseMode, StackConfig
+
+TEMPLATES = Path(__file__).parent / "templates"
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+
+# Kubernetes names Slurm resolves through cluster DNS.
+CONTROLLER_SERVICE = "slurmctld"
+ACCOUNTING_SERVICE = "slurmdbd"
+DATABASE_SERVICE = "mariadb"
+DATABASE_USER = "slurm"
+DATABASE_NAME = "slurm_acct_db"
+
+
+@dataclass(frozen=True)
+class ControllerHost:
+    """One SlurmctldHost: the daemon's host name and, when it differs, its address."""
+
+    name: str
+    address: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DatabaseEndpoint:
+    """Where slurmdbd finds its MySQL/MariaDB."""
+
+    host: str
+    port: int = 3306
+    user: str = DATABASE_USER
+    name: str = DATABASE_NAME
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a cluster's Slurm daemons live: host names, ports, paths and node plugins.
+
+    Everything here is a property of the place the daemons run, not of the
+    cluster the user configured; the stack config never holds it.
+    """
+
+    controller_hosts: tuple[ControllerHost, ...]
+    accounting_host: str
+    """Address slurmctld uses to reach slurmdbd (AccountingStorageHost)."""
+    dbd_host: str
+    """Host name slurmdbd runs on (DbdHost must equal it, or be 'localhost')."""
+    database: DatabaseEndpoint
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    slurmdbd_port: int = 6819
+    slurm_user: str = "slurm"
+    state_save_location: str = "/var/spool/slurmctld"
+    slurmd_spool_dir: str = "/var/spool/slurmd"
+    run_dir: str = "/run/slurm"
+    log_dir: Optional[str] = None
+    """None: daemons run in the foreground and log to stderr (what Kubernetes collects)."""
+    munge_socket: Optional[str] = None
+    """None: munge's default socket."""
+    cgroup_plugin: str = "cgroup/v2"
+    proctrack_type: str = "proctrack/cgroup"
+    task_plugin: str = "task/cgroup,task/affinity"
+    jobacct_gather_type: str = "jobacct_gather/cgroup"
+    gpu_autodetect: Optional[str] = "nvml"
+    """gres.conf AutoDetect; None lists GPUs explicitly."""
+    gpu_device_prefix: Optional[str] = None
+    """Test-only: GPUs are the files <prefix>0..N-1 instead of detected devices."""
+    node_addresses: Mapping[str, str] = field(default_factory=dict)
+    """Pool name -> NodeAddr hostlist, when node names do not resolve to the nodes."""
+
+
+def kubernetes_site(config: StackConfig) -> Site:
+    """The Site of the cluster deployed by the components: names from its Services."""
+    namespace = config.slurm.namespace
+    replicas = 2 if config.slurm.controller.ha else 1
+    hosts = tuple(
+        ControllerHost(
+            name=f"{CONTROLLER_SERVICE}-{ordinal}",
+            address=f"{CONTROLLER_SERVICE}-{ordinal}.{CONTROLLER_SERVICE}.{namespace}.svc.cluster.local",
+        )
+        for ordinal in range(replicas)
+    )
+    return Site(
+        controller_hosts=hosts,
+        accounting_host=f"{ACCOUNTING_SERVICE}.{namespace}.svc.cluster.local",
+        dbd_host=ACCOUNTING_SERVICE,
+        database=database_endpoint(config),
+    )
+
+
+def database_endpoint(config: StackConfig) -> DatabaseEndpoint:
+    database = config.slurm.accounting.database
+    if database is not None and database.mode is DatabaseMode.EXTERNAL and database.external is not None:
+        external = database.external
+        return DatabaseEndpoint(host=external.host or "", port=external.port, user=external.user, name=external.name)
+    return DatabaseEndpoint(host=f"{DATABASE_SERVICE}.{config.slurm.namespace}.svc.cluster.local")
+
+
+@dataclass(frozen=True)
+class _NodeLine:
+    name: str
+    nodes: str
+    addresses: Optional[str]
+    cpus: int
+    real_memory_mb: int
+    gpus: int
+    gpu_type: Optional[str]
+
+    @property
+    def gres(self) -> Optional[str]:
+        if not self.gpus:
+            return None
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+
+
+@dataclass(frozen=True)
+class _PartitionLine:
+    name: str
+    nodes: str
+    default: bool
+    max_time: str
+    priority_tier: int
+
+
+def _node_lines(config: StackConfig, site: Site) -> list[_NodeLine]:
+    return [
+        _NodeLine(
+            name=pool.name,
+            nodes=compact_hostlist(pool.nodes),
+            addresses=site.node_addresses.get(pool.name),
+            cpus=pool.cpus,
+            real_memory_mb=pool.real_memory_mb,
+            gpus=pool.slurm_gpu_count,
+            gpu_type=pool.gpu_type,
+        )
+        for pool in config.slurm_pools
+    ]
+
+
+def _partition_lines(config: StackConfig) -> list[_PartitionLine]:
+    return [
+        _PartitionLine(
+            name=partition.name,
+            nodes=compact_hostlist(",".join(config.pool(name).nodes for name in partition.pools)),
+            default=partition.default,
+            max_time=partition.max_time,
+            priority_tier=partition.priority_tier,
+        )
+        for partition in config.slurm.partitions
+    ]
+
+
+def compact_hostlist(expression: str) -> str:
+    """Normalise a hostlist expression to Slurm's compact range form: gpu-[001-512]."""
+    return hostlist.collect_hostlist(hostlist.expand_hostlist(expression))
+
+
+_environment = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
+    """slurm.conf, gres.conf and cgroup.conf for the cluster at this site."""
+    context = {
+        "config": config,
+        "site": site,
+        "pools": _node_lines(config, site),
+        "partitions": _partition_lines(config),
+    }
+    return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
+
+
+def render_slurmdbd_conf(config: StackConfig, site: Site, storage_pass: Optional[str] = None) -> str:
+    """slurmdbd.conf; without ``storage_pass`` the password line is left to start-up."""
+    return _environment.get_template("slurmdbd.conf.j2").render(
+        config=config, site=site, database=site.database, storage_pass=storage_pass
+    )
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A stable digest of rendered files, to roll pods when (and only when) they change."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return digest.hexdigest()

@@ -1,0 +1,6 @@
+"""Typed, validated stack configuration for dualsched."""
+
+from config.loader import ConfigError, load_pulumi_config, load_stack_file, parse_stack_config
+from config.models import StackConfig
+
+__all__ = ["ConfigError", "StackConfig", "load_pulumi_config", "load_stack_file", "parse_stack_config"]

@@ -1,0 +1,293 @@
+"""Rules that relate several fields of a valid-looking config.
+
+Each check yields :class:`Problem`s naming the config path to fix, so a stack
+with five mistakes gets five lines in one message, not five deployments.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Iterator
+
+from config.models import (
+    AccessMode,
+    DatabaseMode,
+    Environment,
+    PoolMode,
+    StackConfig,
+    StorageType,
+    Taint,
+    Toleration,
+)
+from config.types import image_is_pinned
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One config mistake: where, what, and the offending value."""
+
+    path: str
+    message: str
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message} (got {format_value(self.value)})"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+MISSING = _Missing()
+
+
+def format_value(value: Any, limit: int = 80) -> str:
+    text = repr(value.value if isinstance(value, Enum) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+Check = Callable[[StackConfig], Iterator[Problem]]
+
+
+def _duplicates(names: list[str]) -> set[str]:
+    return {name for name, count in Counter(names).items() if count > 1}
+
+
+def unique_names(config: StackConfig) -> Iterator[Problem]:
+    collections = {
+        "pools": [pool.name for pool in config.pools],
+        "slurm.partitions": [partition.name for partition in config.slurm.partitions],
+        "inference.models": [model.name for model in config.inference.models],
+    }
+    for path, names in collections.items():
+        repeated = _duplicates(names)
+        for index, name in enumerate(names):
+            if name in repeated:
+                yield Problem(f"{path}[{index}].name", "name is used more than once", name)
+
+
+def partitions_name_existing_slurm_pools(config: StackConfig) -> Iterator[Problem]:
+    pools = {pool.name: pool for pool in config.pools}
+    for p_index, partition in enumerate(config.slurm.partitions):
+        for index, name in enumerate(partition.pools):
+            path = f"slurm.partitions[{p_index}].pools[{index}]"
+            if name not in pools:
+                yield Problem(path, f"no pool of that name (pools: {', '.join(pools)})", name)
+            elif not pools[name].runs_slurmd:
+                yield Problem(path, "pool has mode 'kubernetes' and runs no slurmd", name)
+
+
+def one_default_partition(config: StackConfig) -> Iterator[Problem]:
+    defaults = [i for i, partition in enumerate(config.slurm.partitions) if partition.default]
+    for index in defaults[1:]:
+        yield Problem(f"slurm.partitions[{index}].default", "only one partition may be the default", True)
+
+
+def gres_matches_gpus(config: StackConfig) -> Iterator[Problem]:
+    for index, pool in enumerate(config.pools):
+        path = f"pools[{index}].slurmGpus"
+        if pool.mode is PoolMode.DEDICATED and pool.slurm_gpus not in (None, pool.gpus_per_node):
+            yield Problem(
+                path, f"a dedicated pool gives Slurm all {pool.gpus_per_node} GPUs per node (gpusPerNode)", pool.slurm_gpus
+            )
+        elif pool.mode is PoolMode.PARTITIONED:
+            if pool.slurm_gpus is None:
+                yield Problem(path, "a partitioned pool must say how many GPUs per node Slurm gets", MISSING)
+            elif not 0 < pool.slurm_gpus < pool.gpus_per_node:
+                yield Problem(
+                    path,
+                    f"a partitioned pool gives Slurm between 1 and {pool.gpus_per_node - 1} of its "
+                    f"{pool.gpus_per_node} GPUs per node",
+                    pool.slurm_gpus,
+                )
+        elif pool.mode is PoolMode.KUBERNETES and pool.slurm_gpus:
+            yield Problem(path, "a kubernetes pool gives Slurm no GPUs", pool.slurm_gpus)
+
+
+def node_names_unique_across_pools(config: StackConfig) -> Iterator[Problem]:
+    owner: dict[str, str] = {}
+    for index, pool in enumerate(config.pools):
+        clashes = sorted({name for name in pool.node_names if name in owner})
+        for name in pool.node_names:
+            owner.setdefault(name, pool.name)
+        if clashes:
+            first = clashes[0]
+            yield Problem(
+                f"pools[{index}].nodes",
+                f"node {first} is already in pool {owner[first]}"
+                + (f" ({len(clashes)} nodes overlap)" if len(clashes) > 1 else ""),
+                pool.nodes,
+            )
+
+
+def node_names_are_dns_subdomains(config: StackConfig) -> Iterator[Problem]:
+    from config.types import _DNS1123_LABEL  # the same rule Kubernetes applies to node names
+
+    for index, pool in enumerate(config.pools):
+        bad = [name for name in pool.node_names if not all(_DNS1123_LABEL.match(p) for p in name.split("."))]
+        if bad:
+            yield Problem(f"pools[{index}].nodes", f"node name {bad[0]} is not a valid Kubernetes node name", pool.nodes)
+
+
+def _tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
+    return any(
+        t.key == taint.key
+        and (t.value is None or t.value == taint.value)
+        and (t.effect is None or t.effect == taint.effect)
+        for t in tolerations
+    )
+
+
+def taints_are_tolerated(config: StackConfig) -> Iterator[Problem]:
+    slurm_key = config.placement.slurm_taint_key
+    serving = config.inference.enabled and bool(config.inference.models)
+    for index, pool in enumerate(config.pools):
+        taints = config.pool_taints(pool)
+        if pool.mode is PoolMode.DEDICATED and not any(t.key == slurm_key for t in taints):
+            yield Problem(
+                f"pools[{index}].taints",
+                f"a dedicated pool must carry the Slurm taint '{slurm_key}', or Kubernetes pods land on Slurm's GPUs",
+                [t.key for t in taints],
+            )
+        if not (pool.serves_inference and serving):
+            continue
+        for t_index, taint in enumerate(taints):
+            path = f"pools[{index}].taints[{t_index}]"
+            if taint.key == slurm_key:
+                yield Problem(path, f"pool mode '{pool.mode.value}' serves inference, which never tolerates the Slurm taint", taint.key)
+            elif taint.effect.value != "PreferNoSchedule" and not _tolerates(config.inference.tolerations, taint):
+                yield Problem(path, "no workload meant for this pool tolerates this taint (add it to inference.tolerations)", taint.key)
+
+
+def inference_never_tolerates_slurm(config: StackConfig) -> Iterator[Problem]:
+    for index, toleration in enumerate(config.inference.tolerations):
+        if toleration.key == config.placement.slurm_taint_key:
+            yield Problem(f"inference.tolerations[{index}].key", "inference must not tolerate the Slurm taint", toleration.key)
+
+
+def inference_fits_on_pools(config: StackConfig) -> Iterator[Problem]:
+    if not config.inference.enabled:
+        return
+    most = max((pool.kubernetes_gpu_count for pool in config.inference_pools), default=0)
+    for index, model in enumerate(config.inference.models):
+        if model.gpus > most:
+            yield Problem(
+                f"inference.models[{index}].gpus",
+                f"no inference-eligible pool leaves that many GPUs per node to Kubernetes (most: {most})",
+                model.gpus,
+            )
+        if model.replicas.min > model.replicas.max:
+            yield Problem(f"inference.models[{index}].replicas.min", f"exceeds replicas.max ({model.replicas.max})", model.replicas.min)
+
+
+def ha_needs_shared_state(config: StackConfig) -> Iterator[Problem]:
+    controller = config.slurm.controller
+    if controller.ha and controller.state_storage.access_mode is not AccessMode.READ_WRITE_MANY:
+        yield Problem(
+            "slurm.controller.stateStorage.accessMode",
+            "an HA controller shares StateSaveLocation between two pods and needs ReadWriteMany",
+            controller.state_storage.access_mode.value,
+        )
+
+
+def accounting_has_database(config: StackConfig) -> Iterator[Problem]:
+    accounting = config.slurm.accounting
+    if not accounting.enabled:
+        return
+    if accounting.database is None:
+        yield Problem("slurm.accounting.database", "accounting is enabled but no database is configured", MISSING)
+        return
+    if accounting.database.mode is DatabaseMode.EXTERNAL:
+        external = accounting.database.external
+        if external is None:
+            yield Problem("slurm.accounting.database.external", "mode 'external' needs the database's host and passwordSecret", MISSING)
+            return
+        if not external.host:
+            yield Problem("slurm.accounting.database.external.host", "an external database needs a host", external.host or MISSING)
+        if external.password_secret is None:
+            yield Problem(
+                "slurm.accounting.database.external.passwordSecret",
+                "an external database needs the Secret holding its password",
+                MISSING,
+            )
+
+
+def storage_has_required_fields(config: StackConfig) -> Iterator[Problem]:
+    storage = config.storage
+    if storage.type is StorageType.NFS:
+        nfs = storage.nfs
+        for field in ("server", "path"):
+            if nfs is None or not getattr(nfs, field):
+                yield Problem(f"storage.nfs.{field}", f"NFS storage needs a {field}", MISSING if nfs is None else getattr(nfs, field) or MISSING)
+        if nfs is not None and nfs.path and not nfs.path.startswith("/"):
+            yield Problem("storage.nfs.path", "must be an absolute exported path", nfs.path)
+    else:
+        lustre = storage.lustre
+        if lustre is None or not lustre.volume_handle:
+            yield Problem("storage.lustre.volumeHandle", "Lustre storage needs the CSI volumeHandle", MISSING)
+
+
+def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
+    if config.environment is not Environment.PROD:
+        return
+    for field, reference in config.images.model_dump().items():
+        if not image_is_pinned(reference):
+            alias = type(config.images).model_fields[field].alias or field
+            yield Problem(f"images.{alias}", "prod images must be pinned to a tag other than 'latest' or a digest", reference)
+
+
+def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
+    from config.quantities import parse_quantity
+
+    def resources_at(path, resources) -> Iterator[Problem]:
+        for kind in ("cpu", "memory"):
+            request = getattr(resources.requests, kind)
+            limit = getattr(resources.limits, kind)
+            if request and limit and parse_quantity(request) > parse_quantity(limit):
+                yield Problem(f"{path}.requests.{kind}", f"request exceeds the limit ({limit})", request)
+
+    yield from resources_at("slurm.controller.resources", config.slurm.controller.resources)
+    yield from resources_at("slurm.accounting.resources", config.slurm.accounting.resources)
+    for index, pool in enumerate(config.pools):
+        yield from resources_at(f"pools[{index}].slurmdResources", pool.slurmd_resources)
+    for index, model in enumerate(config.inference.models):
+        yield from resources_at(f"inference.models[{index}].resources", model.resources)
+
+
+def namespaces_distinct(config: StackConfig) -> Iterator[Problem]:
+    used = {config.slurm.namespace: "slurm.namespace"}
+    for path, namespace, enabled in (
+        ("inference.namespace", config.inference.namespace, config.inference.enabled),
+        ("submission.namespace", config.submission.namespace, config.submission.enabled),
+    ):
+        if not enabled:
+            continue
+        if namespace in used:
+            yield Problem(path, f"must differ from {used[namespace]}", namespace)
+        used.setdefault(namespace, path)
+
+
+CHECKS: tuple[Check, ...] = (
+    unique_names,
+    partitions_name_existing_slurm_pools,
+    one_default_partition,
+    gres_matches_gpus,
+    node_names_unique_across_pools,
+    node_names_are_dns_subdomains,
+    taints_are_tolerated,
+    inference_never_tolerates_slurm,
+    inference_fits_on_pools,
+    ha_needs_shared_state,
+    accounting_has_database,
+    storage_has_required_fields,
+    prod_images_are_pinned,
+    requests_within_limits,
+    namespaces_distinct,
+)
+
+
+def cross_field_problems(config: StackConfig) -> list[Problem]:
+    return [problem for check in CHECKS for problem in check(config)]

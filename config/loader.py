@@ -1,0 +1,143 @@
+"""Read a stack's ``dualsched:`` config and turn it into one validated StackConfig.
+
+Every mistake, field-level or cross-field, is reported together as
+``<config path>: <what is wrong> (got <value>)`` through :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from config.checks import MISSING, Problem, cross_field_problems
+from config.models import StackConfig
+
+NAMESPACE = "dualsched"
+
+
+class ConfigError(Exception):
+    """The stack config is invalid; ``problems`` lists every mistake found."""
+
+    def __init__(self, problems: Iterable[Problem], source: str):
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        count = len(self.problems)
+        lines = "\n".join(f"  {problem}" for problem in self.problems)
+        return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}):\n{lines}"
+
+
+def _path(location: tuple[Any, ...]) -> str:
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def _model_at(location: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the key at ``location``, for 'did you mean' hints."""
+    model: Any = StackConfig
+    for part in location[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = {f.alias or name: f for name, f in model.model_fields.items()}
+        field = fields.get(part)
+        if field is None:
+            return None
+        model = next(
+            (arg for arg in _type_args(field.annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)),
+            None,
+        )
+        if model is None:
+            return None
+    return model
+
+
+def _type_args(annotation: Any) -> list[Any]:
+    args = [annotation]
+    for arg in getattr(annotation, "__args__", ()):
+        args.extend(_type_args(arg))
+    return args
+
+
+def _unknown_key_message(location: tuple[Any, ...]) -> str:
+    model = _model_at(location)
+    if model is None:
+        return "unknown key"
+    keys = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(location[-1]), keys, n=1)
+    if close:
+        return f"unknown key; did you mean '{close[0]}'?"
+    return f"unknown key (known keys: {', '.join(keys)})"
+
+
+def _problem_from_error(error: Mapping[str, Any]) -> Problem:
+    location = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "missing":
+        return Problem(_path(location), "required key is missing", MISSING)
+    if kind == "extra_forbidden":
+        return Problem(_path(location), _unknown_key_message(location), error["input"])
+    message = error["msg"].removeprefix("Value error, ")
+    return Problem(_path(location), message, error["input"])
+
+
+def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
+    """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError([Problem("(top level)", "config must be a mapping of keys to values", raw)], source)
+    try:
+        config = StackConfig.model_validate(dict(raw))
+    except ValidationError as error:
+        raise ConfigError([_problem_from_error(e) for e in error.errors()], source) from None
+    problems = cross_field_problems(config)
+    if problems:
+        raise ConfigError(problems, source)
+    return config
+
+
+def _namespaced(config: Mapping[str, Any]) -> dict[str, Any]:
+    prefix = f"{NAMESPACE}:"
+    return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+
+
+def load_stack_file(path: str | Path) -> StackConfig:
+    """Read a ``Pulumi.<stack>.yaml`` file as the engine would and validate it."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError([Problem(str(path), "cannot read the stack file", str(error).splitlines()[0])], str(path)) from None
+    if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
+        raise ConfigError([Problem("config", "a stack file holds a 'config' mapping", document)], str(path))
+    return parse_stack_config(_namespaced(document.get("config") or {}), str(path))
+
+
+def _decode(value: Any) -> Any:
+    # The engine hands structured values over as JSON text and scalars as plain text.
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def load_pulumi_config() -> StackConfig:
+    """Validate the running stack's config (inside ``pulumi up`` / ``preview``)."""
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    settings = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    raw = {key: _decode(value) for key, value in _namespaced(settings).items()}
+    return parse_stack_config(raw, f"stack '{pulumi.get_stack()}'")

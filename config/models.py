@@ -1,0 +1,480 @@
+"""The typed stack configuration.
+
+Every top-level key of a stack's ``dualsched:`` config is a field of
+:class:`StackConfig`; keys are camelCase as written in ``Pulumi.<stack>.yaml``
+(``pulumi config set --path 'pools[0].gpusPerNode' 8``). Field-level rules live
+on the fields; rules that relate several fields live in :mod:`config.checks`.
+Models are frozen: once validated, a config is never changed downstream.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import hostlist
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from config.types import DnsLabel, ImageRef, LabelKey, LabelValue, Quantity, SlurmTime
+
+
+class Model(BaseModel):
+    """Base for every config model: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+# --------------------------------------------------------------------------- enums
+
+
+class Environment(str, Enum):
+    """Which kind of environment a stack is; prod turns on the strict rules."""
+
+    DEV = "dev"
+    PROD = "prod"
+
+
+class PoolMode(str, Enum):
+    """How a GPU node pool is shared between the two schedulers."""
+
+    DEDICATED = "dedicated"
+    """Every GPU of the node belongs to Slurm; the node carries the Slurm taint."""
+    PARTITIONED = "partitioned"
+    """Slurm gets ``slurmGpus`` GPUs per node; the rest stay allocatable to Kubernetes."""
+    KUBERNETES = "kubernetes"
+    """No slurmd: the whole node serves Kubernetes workloads such as inference."""
+
+
+class TaintEffect(str, Enum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class AccessMode(str, Enum):
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_MANY = "ReadWriteMany"
+
+
+class DatabaseMode(str, Enum):
+    IN_CLUSTER = "in-cluster"
+    """A MariaDB StatefulSet with its own claim, in the Slurm namespace (dev)."""
+    EXTERNAL = "external"
+    """An existing MySQL/MariaDB host; its password comes from an existing Secret (prod)."""
+
+
+class StorageType(str, Enum):
+    NFS = "nfs"
+    LUSTRE = "lustre"
+
+
+class InferenceServer(str, Enum):
+    VLLM = "vllm"
+    TRITON = "triton"
+
+
+class PodSecurityLevel(str, Enum):
+    RESTRICTED = "restricted"
+    BASELINE = "baseline"
+
+
+# ------------------------------------------------------------------ small building blocks
+
+
+class ResourceList(Model):
+    cpu: Optional[Quantity] = None
+    """CPU, e.g. '500m' or '4'."""
+    memory: Optional[Quantity] = None
+    """Memory, e.g. '4Gi'."""
+
+
+class Resources(Model):
+    """Container resource requests and limits."""
+
+    requests: ResourceList = ResourceList(cpu="250m", memory="512Mi")
+    """What the scheduler reserves for the container."""
+    limits: ResourceList = ResourceList(cpu="1", memory="1Gi")
+    """The most the container may use."""
+
+
+class Taint(Model):
+    """A node taint, as in the Node spec."""
+
+    key: LabelKey
+    """Taint key, e.g. 'dualsched.io/slurm'."""
+    value: LabelValue = "true"
+    """Taint value."""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+    """What happens to pods that do not tolerate it."""
+
+
+class Toleration(Model):
+    """A pod toleration; matches a taint with the same key (and value, when given)."""
+
+    key: LabelKey
+    """Taint key to tolerate."""
+    value: Optional[LabelValue] = None
+    """Taint value; when absent the toleration matches any value (operator Exists)."""
+    effect: Optional[TaintEffect] = None
+    """Taint effect; when absent every effect is tolerated."""
+
+
+class Images(Model):
+    """Container images. Defaults are pinned, real release tags."""
+
+    slurmctld: ImageRef = "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04"
+    """slurmctld image (SchedMD's Slinky image)."""
+    slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04"
+    """slurmd image, also used for munged sidecars and the sbatch client."""
+    slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.05-ubuntu24.04"
+    """slurmdbd image."""
+    mariadb: ImageRef = "docker.io/library/mariadb:11.4.8"
+    """MariaDB image for the in-cluster accounting database."""
+    vllm: ImageRef = "docker.io/vllm/vllm-openai:v0.11.0"
+    """vLLM OpenAI-compatible server image."""
+    triton: ImageRef = "nvcr.io/nvidia/tritonserver:25.09-py3"
+    """NVIDIA Triton Inference Server image."""
+
+
+class Placement(Model):
+    """The one label key and the one taint key every selector and toleration reads."""
+
+    pool_label: LabelKey = "dualsched.io/pool"
+    """Node label whose value is the name of the pool a node belongs to."""
+    slurm_taint_key: LabelKey = "dualsched.io/slurm"
+    """Taint key that marks nodes whose GPUs belong to Slurm."""
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+class NodePool(Model):
+    """A set of existing GPU nodes with the same hardware and the same sharing mode."""
+
+    name: DnsLabel
+    """Pool name: the value of the pool label on its nodes and the Slurm NodeSet/Feature."""
+    nodes: str
+    """Node names as a Slurm hostlist expression, e.g. 'gpu-[001-064]'; they are the Kubernetes node names."""
+    mode: PoolMode = PoolMode.DEDICATED
+    """How the pool's GPUs are shared between Slurm and Kubernetes."""
+    gpus_per_node: int = Field(8, ge=0, le=64)
+    """Physical GPUs per node (the node's nvidia.com/gpu capacity)."""
+    slurm_gpus: Optional[int] = Field(None, ge=0, le=64)
+    """GPUs per node given to Slurm (GRES gpu count). Defaults to all in dedicated mode; required in partitioned mode."""
+    gpu_type: Optional[DnsLabel] = None
+    """GRES type, e.g. 'a100' or 'h100' (Gres=gpu:<type>:<n>)."""
+    cpus: int = Field(64, ge=1, le=4096)
+    """CPUs per node Slurm may allocate (NodeName CPUs=)."""
+    real_memory_mb: int = Field(256000, ge=1)
+    """Memory per node Slurm may allocate, in MB (NodeName RealMemory=)."""
+    taints: Optional[tuple[Taint, ...]] = None
+    """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
+    slurmd_resources: Resources = Resources(
+        requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(cpu="2", memory="4Gi")
+    )
+    """Resources of the slurmd daemon container itself (jobs are bounded by cpus/realMemoryMb)."""
+
+    @field_validator("nodes")
+    @classmethod
+    def _hostlist(cls, value: str) -> str:
+        try:
+            names = hostlist.expand_hostlist(value)
+        except hostlist.BadHostlist as error:
+            raise ValueError(f"is not a valid hostlist expression: {error}") from None
+        if not names:
+            raise ValueError("must name at least one node")
+        return value
+
+    @property
+    def node_names(self) -> list[str]:
+        return hostlist.expand_hostlist(self.nodes)
+
+    @property
+    def runs_slurmd(self) -> bool:
+        return self.mode is not PoolMode.KUBERNETES
+
+    @property
+    def serves_inference(self) -> bool:
+        return self.mode is not PoolMode.DEDICATED
+
+    @property
+    def slurm_gpu_count(self) -> int:
+        """GRES gpu count per node, resolving the dedicated-mode default."""
+        if not self.runs_slurmd:
+            return 0
+        if self.slurm_gpus is None:
+            return self.gpus_per_node
+        return self.slurm_gpus
+
+    @property
+    def kubernetes_gpu_count(self) -> int:
+        """GPUs per node left allocatable to Kubernetes workloads."""
+        return self.gpus_per_node - self.slurm_gpu_count
+
+
+# ----------------------------------------------------------------------------- slurm
+
+
+class StateStorage(Model):
+    """The claim holding slurmctld's StateSaveLocation."""
+
+    size: Quantity = "10Gi"
+    """Requested size."""
+    storage_class: Optional[str] = None
+    """StorageClass; the cluster default when absent."""
+    access_mode: AccessMode = AccessMode.READ_WRITE_ONCE
+    """ReadWriteMany is required when the backup controller shares the state."""
+
+
+class Controller(Model):
+    """slurmctld."""
+
+    ha: bool = False
+    """Run a backup slurmctld (second SlurmctldHost) sharing the state claim."""
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="1", memory="2Gi"), limits=ResourceList(cpu="4", memory="8Gi")
+    )
+    """slurmctld container resources."""
+    state_storage: StateStorage = StateStorage()
+    """Persistent state (jobs, reservations, node state) that must survive restarts."""
+
+
+class Partition(Model):
+    """A Slurm partition over one or more pools."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+    """PartitionName."""
+    pools: tuple[DnsLabel, ...] = Field(min_length=1)
+    """Pools whose nodes form the partition (via NodeSet)."""
+    default: bool = False
+    """Default=YES: jobs without -p land here."""
+    max_time: SlurmTime = "INFINITE"
+    """MaxTime for jobs in the partition."""
+    priority_tier: int = Field(1, ge=0, le=65533)
+    """PriorityTier: higher tiers are scheduled first."""
+
+
+class SecretKeyRef(Model):
+    """A key of an existing Kubernetes Secret."""
+
+    name: DnsLabel
+    """Secret name."""
+    key: str = "password"
+    """Key in the Secret."""
+
+
+class ExternalDatabase(Model):
+    """An existing MySQL/MariaDB for slurmdbd."""
+
+    host: Optional[str] = None
+    """Database host name."""
+    port: int = Field(3306, ge=1, le=65535)
+    """Database port."""
+    user: str = "slurm"
+    """StorageUser."""
+    name: str = "slurm_acct_db"
+    """StorageLoc (database name)."""
+    password_secret: Optional[SecretKeyRef] = None
+    """Existing Secret in the Slurm namespace holding the password."""
+
+
+class InClusterDatabase(Model):
+    """The MariaDB StatefulSet run for slurmdbd."""
+
+    size: Quantity = "20Gi"
+    """Size of the database claim."""
+    storage_class: Optional[str] = None
+    """StorageClass; the cluster default when absent."""
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(cpu="2", memory="4Gi")
+    )
+    """MariaDB container resources."""
+
+
+class Database(Model):
+    mode: DatabaseMode = DatabaseMode.IN_CLUSTER
+    """Where the accounting database runs."""
+    in_cluster: InClusterDatabase = InClusterDatabase()
+    """Settings for mode in-cluster."""
+    external: Optional[ExternalDatabase] = None
+    """Settings for mode external."""
+
+
+class Accounting(Model):
+    """slurmdbd and its database."""
+
+    enabled: bool = True
+    """Run slurmdbd and record jobs (AccountingStorageType=accounting_storage/slurmdbd)."""
+    database: Optional[Database] = None
+    """The database; required when accounting is enabled."""
+    resources: Resources = Resources()
+    """slurmdbd container resources."""
+
+
+class Slurm(Model):
+    """The Slurm cluster."""
+
+    cluster_name: DnsLabel = ...
+    """ClusterName in slurm.conf and in accounting."""
+    namespace: DnsLabel = "slurm"
+    """Kubernetes namespace of the Slurm daemons."""
+    controller: Controller = Controller()
+    """slurmctld settings."""
+    partitions: tuple[Partition, ...] = Field(min_length=1)
+    """Partitions; exactly one should be the default."""
+    accounting: Accounting = Accounting()
+    """Accounting settings."""
+    resource_quota: Optional[ResourceList] = None
+    """Optional ResourceQuota (requests) for the Slurm namespace."""
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class NfsStorage(Model):
+    server: Optional[str] = None
+    """NFS server host or address."""
+    path: Optional[str] = None
+    """Exported path."""
+
+
+class LustreStorage(Model):
+    driver: str = "lustre.csi.hpe.com"
+    """CSI driver name."""
+    volume_handle: Optional[str] = None
+    """CSI volumeHandle of the file system."""
+    volume_attributes: dict[str, str] = Field(default_factory=dict)
+    """CSI volumeAttributes (e.g. mgsAddress, fsName)."""
+
+
+class SharedStorage(Model):
+    """The file system both schedulers share: training writes checkpoints, serving reads them."""
+
+    type: StorageType = StorageType.NFS
+    """nfs or lustre."""
+    capacity: Quantity = "1Ti"
+    """Capacity declared on the PersistentVolumes."""
+    nfs: Optional[NfsStorage] = None
+    """NFS settings (type nfs)."""
+    lustre: Optional[LustreStorage] = None
+    """Lustre settings (type lustre)."""
+    models_path: str = Field("models", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    """Directory on the shared file system that inference mounts read-only."""
+
+
+# ------------------------------------------------------------------------- inference
+
+
+class Replicas(Model):
+    min: int = Field(1, ge=1, le=1000)
+    """Minimum replicas (HPA minReplicas)."""
+    max: int = Field(2, ge=1, le=1000)
+    """Maximum replicas (HPA maxReplicas)."""
+
+
+class InferenceModel(Model):
+    """One served model."""
+
+    name: DnsLabel
+    """Deployment and Service name."""
+    path: str = Field(pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    """Model directory relative to the shared models directory."""
+    gpus: int = Field(1, ge=1, le=64)
+    """GPUs per replica (nvidia.com/gpu limit; vLLM --tensor-parallel-size)."""
+    replicas: Replicas = Replicas()
+    """Autoscaling bounds."""
+    target_cpu_utilization: int = Field(70, ge=1, le=100)
+    """HPA target average CPU utilisation (percent)."""
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="4", memory="32Gi"), limits=ResourceList(cpu="8", memory="64Gi")
+    )
+    """Container CPU and memory."""
+    max_model_len: Optional[int] = Field(None, ge=1)
+    """vLLM --max-model-len."""
+
+
+class Inference(Model):
+    """The Kubernetes inference namespace."""
+
+    enabled: bool = True
+    """Deploy the inference namespace and servers."""
+    namespace: DnsLabel = "inference"
+    """Namespace name."""
+    pod_security: PodSecurityLevel = PodSecurityLevel.RESTRICTED
+    """Pod Security admission level enforced on the namespace."""
+    server: InferenceServer = InferenceServer.VLLM
+    """vllm (OpenAI-compatible API) or triton."""
+    models: tuple[InferenceModel, ...] = ()
+    """Served models."""
+    tolerations: tuple[Toleration, ...] = ()
+    """Taints of inference-eligible pools that inference pods tolerate (never the Slurm taint)."""
+
+
+class Submission(Model):
+    """sbatch from Kubernetes Jobs."""
+
+    enabled: bool = True
+    """Create the submission namespace with a client config, munge key and shared storage."""
+    namespace: DnsLabel = "slurm-jobs"
+    """Namespace where Kubernetes Jobs submit to Slurm."""
+
+
+# ----------------------------------------------------------------------------- stack
+
+
+class StackConfig(Model):
+    """One stack's whole configuration (the ``dualsched:`` keys)."""
+
+    environment: Environment = Environment.DEV
+    """dev or prod; prod requires pinned images and protects stateful resources."""
+    kubernetes_version: str = Field("1.34", pattern=r"^1\.\d{2}$")
+    """Kubernetes minor version the manifests target (e.g. '1.34')."""
+    protect: Optional[bool] = None
+    """Pulumi protect on state claims, database and storage; defaults to true in prod."""
+    placement: Placement = Placement()
+    """Label and taint keys."""
+    images: Images = Images()
+    """Container images."""
+    slurm: Slurm
+    """The Slurm cluster."""
+    pools: tuple[NodePool, ...] = Field(min_length=1)
+    """GPU node pools."""
+    storage: SharedStorage
+    """The shared file system."""
+    inference: Inference = Inference()
+    """Inference serving."""
+    submission: Submission = Submission()
+    """Job submission from Kubernetes."""
+
+    @property
+    def protect_state(self) -> bool:
+        if self.protect is None:
+            return self.environment is Environment.PROD
+        return self.protect
+
+    def pool(self, name: str) -> NodePool:
+        return next(pool for pool in self.pools if pool.name == name)
+
+    def pool_taints(self, pool: NodePool) -> tuple[Taint, ...]:
+        """The pool's taints, with the dedicated-mode default resolved."""
+        if pool.taints is not None:
+            return pool.taints
+        if pool.mode is PoolMode.DEDICATED:
+            return (Taint(key=self.placement.slurm_taint_key),)
+        return ()
+
+    @property
+    def slurm_pools(self) -> tuple[NodePool, ...]:
+        return tuple(pool for pool in self.pools if pool.runs_slurmd)
+
+    @property
+    def inference_pools(self) -> tuple[NodePool, ...]:
+        return tuple(pool for pool in self.pools if pool.serves_inference)
+
