@@ -252,7 +252,13 @@ def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
     yield from resources_at("slurm.controller.resources", config.slurm.controller.resources)
     yield from resources_at("slurm.accounting.resources", config.slurm.accounting.resources)
     for index, pool in enumerate(config.pools):
-        yield from resources_at(f"pools[{index}].slurmdResources", pool.slurmd_resources)
+        requests = pool.slurmd_requests
+        if requests.cpu and parse_quantity(requests.cpu) > pool.cpus:
+            yield Problem(f"pools[{index}].slurmdRequests.cpu", f"exceeds the pool's cpus ({pool.cpus})", requests.cpu)
+        if requests.memory and parse_quantity(requests.memory) > pool.real_memory_mb * 10**6:
+            yield Problem(
+                f"pools[{index}].slurmdRequests.memory", f"exceeds the pool's realMemoryMb ({pool.real_memory_mb})", requests.memory
+            )
     for index, model in enumerate(config.inference.models):
         yield from resources_at(f"inference.models[{index}].resources", model.resources)
 

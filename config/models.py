@@ -176,10 +176,8 @@ class NodePool(Model):
     """Memory per node Slurm may allocate, in MB (NodeName RealMemory=)."""
     taints: Optional[tuple[Taint, ...]] = None
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
-    slurmd_resources: Resources = Resources(
-        requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(cpu="2", memory="4Gi")
-    )
-    """Resources of the slurmd daemon container itself (jobs are bounded by cpus/realMemoryMb)."""
+    slurmd_requests: ResourceList = ResourceList(cpu="1", memory="2Gi")
+    """What the slurmd pod reserves; its limits are the node share Slurm allocates (cpus, realMemoryMb, GPUs)."""
 
     @field_validator("nodes")
     @classmethod

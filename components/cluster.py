@@ -1,0 +1,112 @@
+"""DualScheduledCluster: the whole Slurm + Kubernetes GPU cluster from one StackConfig."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+
+from components.accounting import Accounting, AccountingArgs
+from components.common import child, stateful
+from components.compute import ComputePool, ComputePoolArgs
+from components.controller import SlurmController, SlurmControllerArgs
+from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
+from components.munge import MungeKey, MungeKeyArgs
+from components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from components.nodepools import GpuNodePool, GpuNodePoolArgs
+from components.slurm_config import SlurmConfig, SlurmConfigArgs
+from components.slurm_files import kubernetes_site
+from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
+from components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
+from config.models import StackConfig
+
+SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
+
+
+class DualScheduledCluster(pulumi.ComponentResource):
+    """Composes every component; data flows one way, from the config to the objects.
+
+    Outputs: the namespaces, the controller address, the slurm.conf hash and
+    the inference endpoints (model name -> in-cluster URL).
+    """
+
+    def __init__(self, name: str, config: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:cluster:DualScheduledCluster", name, None, opts)
+        site = kubernetes_site(config)
+        protect = config.protect_state
+        serving = config.inference.enabled and bool(config.inference.models)
+
+        namespaces = {
+            SLURM: SlurmNamespace(
+                f"{name}-slurm", SlurmNamespaceArgs(config.slurm), opts=stateful(self, protect) if protect else child(self)
+            ).name
+        }
+        if serving:
+            namespaces[INFERENCE] = InferenceNamespace(f"{name}-inference", config.inference, opts=child(self)).name
+        if config.submission.enabled:
+            namespaces[JOBS] = JobSubmissionNamespace(f"{name}-jobs", config, opts=child(self)).name
+
+        munge = MungeKey(
+            f"{name}-munge",
+            MungeKeyArgs({key: ns for key, ns in namespaces.items() if key != INFERENCE}),
+            opts=child(self),
+        )
+        slurm_config = SlurmConfig(f"{name}-slurm-config", SlurmConfigArgs(config, site, namespaces[SLURM]), opts=child(self))
+        storage = SharedStorageVolumes(
+            f"{name}-shared",
+            SharedStorageVolumesArgs(
+                config.storage,
+                {key: StorageConsumer(ns, read_only=key == INFERENCE) for key, ns in namespaces.items()},
+                protect,
+            ),
+            opts=child(self),
+        )
+        node_pools = [GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self)) for pool in config.pools]
+
+        controller = SlurmController(
+            f"{name}-slurmctld",
+            SlurmControllerArgs(
+                config, site, namespaces[SLURM], slurm_config.config_map_name, slurm_config.hash, munge.secret_names[SLURM]
+            ),
+            opts=child(self),
+        )
+        if config.slurm.accounting.enabled:
+            Accounting(
+                f"{name}-accounting", AccountingArgs(config, site, namespaces[SLURM], munge.secret_names[SLURM]), opts=child(self)
+            )
+        for pool in config.slurm_pools:
+            ComputePool(
+                f"{name}-slurmd-{pool.name}",
+                ComputePoolArgs(config, pool, site, namespaces[SLURM], munge.secret_names[SLURM], storage.claim_names[SLURM]),
+                # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
+                opts=child(self, depends_on=node_pools),
+            )
+
+        endpoints = {}
+        if serving:
+            for model in config.inference.models:
+                server = ModelServer(
+                    f"{name}-{model.name}",
+                    ModelServerArgs(config, model, namespaces[INFERENCE], storage.claim_names[INFERENCE]),
+                    opts=child(self, depends_on=node_pools),
+                )
+                endpoints[model.name] = server.endpoint
+        if config.submission.enabled:
+            self.submission = JobSubmission(
+                f"{name}-submission",
+                JobSubmissionArgs(config, namespaces[JOBS], slurm_config.files, munge.secret_names[JOBS], storage.claim_names[JOBS]),
+                opts=child(self),
+            )
+
+        self.namespaces = namespaces
+        self.controller_address = controller.address
+        self.slurm_conf_hash = slurm_config.hash
+        self.inference_endpoints = endpoints
+        self.register_outputs(
+            {
+                "namespaces": namespaces,
+                "controller_address": self.controller_address,
+                "slurm_conf_hash": self.slurm_conf_hash,
+                "inference_endpoints": endpoints,
+            }
+        )

@@ -1,0 +1,94 @@
+"""Small builders every component shares: labels, security contexts, resources."""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from config.models import Resources, ResourceList
+
+PART_OF = "dualsched"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def labels(component: str, instance: str) -> dict[str, str]:
+    """The recommended app.kubernetes.io labels; selectors use the same set."""
+    return {
+        "app.kubernetes.io/name": component,
+        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/part-of": PART_OF,
+    }
+
+
+def meta(
+    name: Optional[str] = None,
+    namespace: Optional[pulumi.Input[str]] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    annotations: Optional[Mapping[str, pulumi.Input[str]]] = None,
+) -> k8s.meta.v1.ObjectMetaArgs:
+    """ObjectMeta; ``name`` only where DNS or Slurm resolves it, else Pulumi auto-names."""
+    return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=labels, annotations=annotations)
+
+
+def child(parent: pulumi.Resource, **options) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, **options)
+
+
+def stateful(parent: pulumi.Resource, protect: bool, **options) -> pulumi.ResourceOptions:
+    """Options for data that must outlive the program: kept on delete, protected in prod."""
+    return pulumi.ResourceOptions(parent=parent, protect=protect, retain_on_delete=True, **options)
+
+
+def resource_list(resources: ResourceList, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    values = {kind: value for kind, value in (("cpu", resources.cpu), ("memory", resources.memory)) if value}
+    return {**values, **(extra or {})}
+
+
+def requirements(resources: Resources, gpus: int = 0) -> k8s.core.v1.ResourceRequirementsArgs:
+    """Requests and limits; GPUs are set on both, as the device plugin requires."""
+    gpu = {GPU_RESOURCE: str(gpus)} if gpus else None
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests=resource_list(resources.requests, gpu), limits=resource_list(resources.limits, gpu)
+    )
+
+
+def locked_down(
+    run_as_user: Optional[int] = None, read_only_root: bool = True, add_capabilities: tuple[str, ...] = ()
+) -> k8s.core.v1.SecurityContextArgs:
+    """No privilege escalation, every capability dropped but those named, read-only root."""
+    return k8s.core.v1.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=read_only_root,
+        run_as_non_root=True if run_as_user else None,
+        run_as_user=run_as_user,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=list(add_capabilities) or None),
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
+def empty_dir(name: str, medium: Optional[str] = None) -> k8s.core.v1.VolumeArgs:
+    return k8s.core.v1.VolumeArgs(name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium=medium))
+
+
+def mount(name: str, path: str, read_only: bool = False, sub_path: Optional[str] = None) -> k8s.core.v1.VolumeMountArgs:
+    return k8s.core.v1.VolumeMountArgs(name=name, mount_path=path, read_only=read_only or None, sub_path=sub_path)
+
+
+def tcp_probe(port: int, period: int = 10, failures: int = 3, delay: int = 0) -> k8s.core.v1.ProbeArgs:
+    return k8s.core.v1.ProbeArgs(
+        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=port),
+        period_seconds=period,
+        failure_threshold=failures,
+        initial_delay_seconds=delay or None,
+    )
+
+
+def exec_probe(command: list[str], period: int = 10, failures: int = 3, timeout: int = 5) -> k8s.core.v1.ProbeArgs:
+    return k8s.core.v1.ProbeArgs(
+        exec_=k8s.core.v1.ExecActionArgs(command=command),
+        period_seconds=period,
+        failure_threshold=failures,
+        timeout_seconds=timeout,
+    )

@@ -1,0 +1,132 @@
+"""slurmd on a GPU node pool: one DaemonSet per pool, placed by the pool label."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import GPU_RESOURCE, child, empty_dir, labels, meta, mount, resource_list, tcp_probe
+from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from components.slurm_files import Site
+from config.models import NodePool, StackConfig, Taint
+
+SHARED_MOUNT = "/shared"
+
+
+def tolerations_for(taints: tuple[Taint, ...]) -> list[k8s.core.v1.TolerationArgs]:
+    return [
+        k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.effect.value)
+        for taint in taints
+    ]
+
+
+def conf_servers(site: Site) -> str:
+    """slurmd --conf-server list: every controller, so a node can start while the primary is down."""
+    return ",".join(f"{host.address or host.name}:{site.slurmctld_port}" for host in site.controller_hosts)
+
+
+class ComputePoolArgs:
+    def __init__(
+        self,
+        config: StackConfig,
+        pool: NodePool,
+        site: Site,
+        namespace: pulumi.Input[str],
+        munge_secret_name: pulumi.Input[str],
+        shared_claim_name: pulumi.Input[str],
+    ):
+        self.config = config
+        self.pool = pool
+        self.site = site
+        self.namespace = namespace
+        self.munge_secret_name = munge_secret_name
+        self.shared_claim_name = shared_claim_name
+
+
+class ComputePool(pulumi.ComponentResource):
+    """slurmd on every node of one pool, with the pool's GPU share and the shared file system.
+
+    Jobs run inside the slurmd container, so its limits are the node share Slurm
+    allocates. ``OnDelete`` updates: changing the DaemonSet never kills a running
+    job; an admin drains a node in Slurm, then deletes its pod to pick up the change.
+    """
+
+    def __init__(self, name: str, args: ComputePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:compute:ComputePool", name, None, opts)
+        config, pool, site = args.config, args.pool, args.site
+        pod_labels = {**labels("slurmd", config.slurm.cluster_name), config.placement.pool_label: pool.name}
+        daemonset = k8s.apps.v1.DaemonSet(
+            name,
+            metadata=meta(namespace=args.namespace, labels=pod_labels),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="OnDelete"),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=pod_labels),
+                    spec=self._pod_spec(args),
+                ),
+            ),
+            opts=child(self),
+        )
+        self.daemonset_name = daemonset.metadata.name
+        self.register_outputs({"daemonset_name": self.daemonset_name})
+
+    @staticmethod
+    def _pod_spec(args: ComputePoolArgs) -> k8s.core.v1.PodSpecArgs:
+        config, pool, site = args.config, args.pool, args.site
+        gpus = {GPU_RESOURCE: str(pool.slurm_gpu_count)} if pool.slurm_gpu_count else {}
+        return k8s.core.v1.PodSpecArgs(
+            host_network=True,
+            # slurmd must still resolve slurmctld's cluster DNS name from the host network.
+            dns_policy="ClusterFirstWithHostNet",
+            automount_service_account_token=False,
+            node_selector={config.placement.pool_label: pool.name},
+            tolerations=tolerations_for(config.pool_taints(pool)),
+            priority_class_name="system-node-critical",
+            termination_grace_period_seconds=120,
+            init_containers=[munged_sidecar(config.images.slurmd)],
+            containers=[
+                k8s.core.v1.ContainerArgs(
+                    name="slurmd",
+                    image=config.images.slurmd,
+                    command=["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)],
+                    env=[
+                        k8s.core.v1.EnvVarArgs(
+                            name="NODE_NAME",
+                            value_from=k8s.core.v1.EnvVarSourceArgs(
+                                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")
+                            ),
+                        )
+                    ],
+                    ports=[k8s.core.v1.ContainerPortArgs(name="slurmd", container_port=site.slurmd_port)],
+                    resources=k8s.core.v1.ResourceRequirementsArgs(
+                        requests=resource_list(pool.slurmd_requests, gpus),
+                        limits={"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}M", **gpus},
+                    ),
+                    startup_probe=tcp_probe(site.slurmd_port, period=5, failures=60),
+                    liveness_probe=tcp_probe(site.slurmd_port, period=30),
+                    readiness_probe=tcp_probe(site.slurmd_port, period=15),
+                    # slurmd creates job cgroups, binds GPUs and switches to job users.
+                    security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
+                    volume_mounts=[
+                        mount("spool", site.slurmd_spool_dir),
+                        mount("run", site.run_dir),
+                        mount("shared", SHARED_MOUNT),
+                        munge_socket_mount(),
+                    ],
+                )
+            ],
+            volumes=[
+                empty_dir("spool"),
+                empty_dir("run"),
+                k8s.core.v1.VolumeArgs(
+                    name="shared",
+                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
+                        claim_name=args.shared_claim_name
+                    ),
+                ),
+                *munge_volumes(args.munge_secret_name),
+            ],
+        )

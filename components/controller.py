@@ -1,0 +1,139 @@
+"""slurmctld: a StatefulSet with stable DNS names, its state on a claim, optional backup."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import child, empty_dir, exec_probe, labels, locked_down, meta, mount, requirements, stateful, tcp_probe
+from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from components.namespace import SLURMCTLD_PORT
+from components.slurm_config import CONFIG_DIR
+from components.slurm_files import CONTROLLER_SERVICE, Site
+from config.models import StackConfig
+
+SLURM_UID = 401
+"""The slurm user of SchedMD's Slinky images; files on the state claim belong to it."""
+CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-config-hash"
+
+
+class SlurmControllerArgs:
+    def __init__(
+        self,
+        config: StackConfig,
+        site: Site,
+        namespace: pulumi.Input[str],
+        config_map_name: pulumi.Input[str],
+        config_hash: str,
+        munge_secret_name: pulumi.Input[str],
+    ):
+        self.config = config
+        self.site = site
+        self.namespace = namespace
+        self.config_map_name = config_map_name
+        self.config_hash = config_hash
+        self.munge_secret_name = munge_secret_name
+
+
+class SlurmController(pulumi.ComponentResource):
+    """slurmctld-0 (and slurmctld-1 as backup when HA) behind the headless Service ``slurmctld``.
+
+    Both replicas mount the one state claim: the backup takes over from the
+    state the primary saved, and a restart or rescheduling loses no job.
+    """
+
+    address: pulumi.Output[str]
+
+    def __init__(self, name: str, args: SlurmControllerArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:controller:SlurmController", name, None, opts)
+        config, site = args.config, args.site
+        controller = config.slurm.controller
+        pod_labels = labels(CONTROLLER_SERVICE, config.slurm.cluster_name)
+
+        state = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-state",
+            metadata=meta(namespace=args.namespace, labels=pod_labels),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=[controller.state_storage.access_mode.value],
+                storage_class_name=controller.state_storage.storage_class,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": controller.state_storage.size}),
+            ),
+            opts=stateful(self, config.protect_state),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-headless",
+            metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                cluster_ip="None",
+                # The backup must resolve before it is Ready, or it cannot take over.
+                publish_not_ready_addresses=True,
+                selector=pod_labels,
+                ports=[k8s.core.v1.ServicePortArgs(name="slurmctld", port=SLURMCTLD_PORT, target_port=SLURMCTLD_PORT)],
+            ),
+            opts=child(self),
+        )
+        statefulset = k8s.apps.v1.StatefulSet(
+            name,
+            metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
+            spec=k8s.apps.v1.StatefulSetSpecArgs(
+                service_name=service.metadata.name,
+                replicas=len(site.controller_hosts),
+                pod_management_policy="Parallel",
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=pod_labels, annotations={CONFIG_HASH_ANNOTATION: args.config_hash}),
+                    spec=self._pod_spec(args, state.metadata.name),
+                ),
+            ),
+            opts=child(self, depends_on=[state]),
+        )
+        self.address = pulumi.Output.concat(
+            site.controller_hosts[0].address or site.controller_hosts[0].name, ":", str(site.slurmctld_port)
+        )
+        self.statefulset_name = statefulset.metadata.name
+        self.register_outputs({"address": self.address, "statefulset_name": self.statefulset_name})
+
+    @staticmethod
+    def _pod_spec(args: SlurmControllerArgs, state_claim: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:
+        config, site = args.config, args.site
+        slurm_conf = f"{CONFIG_DIR}/slurm.conf"
+        return k8s.core.v1.PodSpecArgs(
+            automount_service_account_token=False,
+            security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
+            init_containers=[munged_sidecar(config.images.slurmd)],
+            containers=[
+                k8s.core.v1.ContainerArgs(
+                    name="slurmctld",
+                    image=config.images.slurmctld,
+                    command=["slurmctld", "-D", "-f", slurm_conf],
+                    env=[k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=slurm_conf)],
+                    ports=[k8s.core.v1.ContainerPortArgs(name="slurmctld", container_port=site.slurmctld_port)],
+                    resources=requirements(config.slurm.controller.resources),
+                    startup_probe=tcp_probe(site.slurmctld_port, period=5, failures=60),
+                    liveness_probe=tcp_probe(site.slurmctld_port, period=15),
+                    readiness_probe=exec_probe(["scontrol", "ping"], period=15),
+                    volume_mounts=[
+                        mount("slurm-config", CONFIG_DIR, read_only=True),
+                        mount("state", site.state_save_location),
+                        mount("run", site.run_dir),
+                        mount("tmp", "/tmp"),
+                        munge_socket_mount(),
+                    ],
+                    security_context=locked_down(run_as_user=SLURM_UID),
+                )
+            ],
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="slurm-config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=args.config_map_name)
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="state",
+                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=state_claim),
+                ),
+                empty_dir("run"),
+                empty_dir("tmp"),
+                *munge_volumes(args.munge_secret_name),
+            ],
+        )

@@ -1,0 +1,60 @@
+"""GPU node pools: the pool label and taints on existing nodes.
+
+Nodes are patched, not owned: ``retain_on_delete`` keeps labels and taints when
+the program is removed, so a `pulumi destroy` never lets Kubernetes pods flood
+a node in the middle of a week-long Slurm job.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import child
+from config.models import NodePool, StackConfig
+
+MODE_LABEL = "dualsched.io/mode"
+SLURM_GPUS_LABEL = "dualsched.io/slurm-gpus"
+FIELD_MANAGER = "dualsched"
+
+
+class GpuNodePoolArgs:
+    def __init__(self, config: StackConfig, pool: NodePool):
+        self.config = config
+        self.pool = pool
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """A NodePatch per node: pool label, mode, Slurm's GPU share and the pool's taints."""
+
+    node_names: list[str]
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:nodepools:GpuNodePool", name, None, opts)
+        config, pool = args.config, args.pool
+        node_labels = {
+            config.placement.pool_label: pool.name,
+            MODE_LABEL: pool.mode.value,
+            SLURM_GPUS_LABEL: str(pool.slurm_gpu_count),
+        }
+        taints = [
+            k8s.core.v1.TaintPatchArgs(key=taint.key, value=taint.value, effect=taint.effect.value)
+            for taint in config.pool_taints(pool)
+        ]
+        self.node_names = pool.node_names
+        for node in self.node_names:
+            k8s.core.v1.NodePatch(
+                f"{name}-{node}",
+                metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                    name=node,
+                    labels=node_labels,
+                    annotations={"pulumi.com/patchFieldManager": FIELD_MANAGER},
+                ),
+                # Taints are one atomic list under server-side apply: send it only when the
+                # pool has taints, so a pool without any never clears taints others manage.
+                spec=k8s.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
+                opts=child(self, retain_on_delete=True),
+            )
+        self.register_outputs({"node_names": self.node_names})

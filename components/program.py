@@ -1,0 +1,18 @@
+"""The program every consumer runs: `pulumi up`, the offline render, the tests."""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.cluster import DualScheduledCluster
+from config.models import StackConfig
+
+
+def build(config: StackConfig) -> DualScheduledCluster:
+    """Register the cluster for a validated config and export its outputs."""
+    cluster = DualScheduledCluster("dualsched", config)
+    pulumi.export("namespaces", cluster.namespaces)
+    pulumi.export("controller_address", cluster.controller_address)
+    pulumi.export("slurm_conf_hash", cluster.slurm_conf_hash)
+    pulumi.export("inference_endpoints", cluster.inference_endpoints)
+    return cluster

@@ -1,0 +1,234 @@
+"""Offline render: what `pulumi up` would create, as YAML files, without a cluster.
+
+    python -m components.render --stack dev --out build/dev
+    python -m components.render --config path/to/Pulumi.x.yaml --out build/x
+
+Runs the real program (components.program.build) under Pulumi mocks, writes
+every Kubernetes object as YAML (one file per object, grouped by namespace),
+the rendered Slurm files, and prints a summary. Secret values are redacted.
+Exit 0 on success, 2 with the config problems on invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import secrets
+import string
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import yaml
+
+from config import ConfigError, StackConfig, load_stack_file
+
+REDACTED = "<redacted>"
+CLUSTER_SCOPED = "_cluster"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RenderedObject:
+    """One registered Kubernetes object: its Pulumi identity and the manifest it would apply."""
+
+    pulumi_type: str
+    pulumi_name: str
+    manifest: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.get("kind", self.pulumi_type.rsplit(":", 1)[-1])
+
+    @property
+    def namespace(self) -> Optional[str]:
+        return self.manifest.get("metadata", {}).get("namespace")
+
+    @property
+    def name(self) -> str:
+        return self.manifest.get("metadata", {}).get("name", self.pulumi_name)
+
+
+@dataclass
+class Render:
+    """Everything the program registered, plus the values of generated secrets."""
+
+    objects: list[RenderedObject] = field(default_factory=list)
+    others: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    generated_secrets: list[str] = field(default_factory=list)
+    slurm_files: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def by_kind(self, kind: str) -> list[RenderedObject]:
+        return [obj for obj in self.objects if obj.kind == kind]
+
+    def one(self, kind: str, name_part: str = "") -> RenderedObject:
+        matches = [obj for obj in self.by_kind(kind) if name_part in obj.name]
+        if len(matches) != 1:
+            raise LookupError(f"{len(matches)} {kind} objects match {name_part!r}: {[m.name for m in matches]}")
+        return matches[0]
+
+    def summary(self) -> Counter:
+        return Counter(obj.kind for obj in self.objects)
+
+
+# Kinds whose objects live in no namespace; the provider does not default them to "default".
+_CLUSTER_KINDS = {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding", "StorageClass"}
+
+
+_SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
+
+
+def plain(value: Any) -> Any:
+    """Unwrap the engine's secret envelopes and give whole numbers back their int type."""
+    if isinstance(value, dict):
+        if _SECRET_SIGNATURE in value:
+            return plain(value.get("value"))
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _auto_name(name: str, urn: str) -> str:
+    # The provider appends a random suffix; a digest of the URN keeps renders comparable.
+    return f"{name}-{hashlib.sha256(urn.encode()).hexdigest()[:8]}"
+
+
+class RenderMocks(pulumi.runtime.Mocks):
+    """Mocks that behave like the providers where the program can observe them."""
+
+    def __init__(self, render: Render):
+        self.render = render
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state = plain(dict(args.inputs))
+        if args.typ == "random:index/randomBytes:RandomBytes":
+            raw = secrets.token_bytes(int(state["length"]))
+            state.update(base64=base64.b64encode(raw).decode(), hex=raw.hex())
+            self.render.generated_secrets += [state["base64"], state["hex"]]
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            alphabet = string.ascii_letters + string.digits
+            state["result"] = "".join(secrets.choice(alphabet) for _ in range(int(state["length"])))
+            self.render.generated_secrets.append(state["result"])
+        elif args.typ.startswith("kubernetes:"):
+            self._kubernetes(args, state)
+        else:
+            self.render.others.append((args.typ, args.name, state))
+        return f"{args.name}-id", state
+
+    def _kubernetes(self, args: pulumi.runtime.MockResourceArgs, state: dict[str, Any]) -> None:
+        metadata = dict(state.get("metadata") or {})
+        metadata.setdefault("name", _auto_name(args.name, f"{args.typ}::{args.name}"))
+        kind = state.get("kind", "")
+        if kind not in _CLUSTER_KINDS and not args.typ.endswith("Patch"):
+            metadata.setdefault("namespace", "default")
+        state["metadata"] = metadata
+        manifest = {key: value for key, value in state.items() if key not in ("apiVersion", "kind", "metadata")}
+        ordered = {"apiVersion": state.get("apiVersion"), "kind": kind or args.typ.rsplit(":", 1)[-1].removesuffix("Patch"), "metadata": metadata}
+        self.render.objects.append(RenderedObject(args.typ, args.name, {**ordered, **manifest}))
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+def render_config(config: StackConfig, stack: str = "render") -> Render:
+    """Run the program for ``config`` under mocks and collect what it registers."""
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from components.program import build
+    from components.slurm_files import kubernetes_site, render_slurm_files
+
+    render = Render()
+    pulumi.runtime.set_mocks(RenderMocks(render), project="dualsched", stack=stack, preview=False)
+    cluster: list = []
+    _sync_await(run_pulumi_func(lambda: cluster.append(build(config))))
+    render.slurm_files = render_slurm_files(config, kubernetes_site(config))
+    render.outputs = {"slurm_conf_hash": cluster[0].slurm_conf_hash}
+    return render
+
+
+def redacted(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A Secret with every value replaced; other objects unchanged."""
+    if manifest.get("kind") != "Secret":
+        return manifest
+    clean = dict(manifest)
+    for key in ("data", "stringData"):
+        if key in clean and clean[key]:
+            clean[key] = {name: REDACTED for name in clean[key]}
+    return clean
+
+
+def _file_name(obj: RenderedObject) -> str:
+    return f"{obj.kind.lower()}-{obj.name}.yaml"
+
+
+def write_render(render: Render, out: Path) -> list[Path]:
+    """Write one YAML file per object under <out>/<namespace>/, and the Slurm files under <out>/slurm-files/."""
+    written = []
+    for obj in render.objects:
+        folder = out / (obj.namespace or CLUSTER_SCOPED)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / _file_name(obj)
+        path.write_text(yaml.safe_dump(redacted(obj.manifest), sort_keys=False, width=120))
+        written.append(path)
+    slurm_dir = out / "slurm-files"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in render.slurm_files.items():
+        (slurm_dir / name).write_text(text)
+        written.append(slurm_dir / name)
+    return written
+
+
+def format_summary(render: Render) -> str:
+    counts = render.summary()
+    width = max(len(kind) for kind in counts)
+    lines = [f"  {kind:<{width}}  {count:>5}" for kind, count in sorted(counts.items())]
+    lines.append(f"  {'total':<{width}}  {sum(counts.values()):>5}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.render", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml from the project directory")
+    source.add_argument("--config", type=Path, help="a stack YAML file at any path")
+    parser.add_argument("--out", type=Path, required=True, help="directory to write the manifests into")
+    args = parser.parse_args(argv)
+
+    path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
+    stack = args.stack or path.stem.removeprefix("Pulumi.")
+    try:
+        config = load_stack_file(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    render = render_config(config, stack)
+    if args.out.exists():
+        _clear(args.out)
+    written = write_render(render, args.out)
+    print(f"rendered stack '{stack}' into {args.out}: {len(written)} files")
+    print(format_summary(render))
+    print(f"  slurm.conf hash: {render.outputs['slurm_conf_hash'][:16]}")
+    return 0
+
+
+def _clear(out: Path) -> None:
+    """Remove a previous render's YAML files, so deleted objects do not linger."""
+    for path in sorted(out.rglob("*"), reverse=True):
+        if path.is_file() and (path.suffix == ".yaml" or path.parent.name == "slurm-files"):
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""sbatch from Kubernetes: a namespace where Jobs get what they need to submit to Slurm.
+
+A Job there mounts the client config (the cluster's slurm.conf, no secrets),
+the munge key through a munged sidecar, and the shared file system where batch
+scripts and results live; :func:`sbatch_pod_spec` builds such a pod.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import child, empty_dir, labels, locked_down, meta, mount
+from components.compute import SHARED_MOUNT
+from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from components.namespace import pod_security_labels
+from components.slurm_config import CONFIG_DIR
+from config.models import StackConfig
+
+CLIENT_UID = 1000
+
+
+class JobSubmissionNamespace(pulumi.ComponentResource):
+    """The submission Namespace; created before the munge key and shared claim placed in it."""
+
+    name: pulumi.Output[str]
+
+    def __init__(self, name: str, config: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:submission:JobSubmissionNamespace", name, None, opts)
+        namespace = k8s.core.v1.Namespace(
+            name,
+            metadata=meta(
+                name=config.submission.namespace,
+                labels={**labels("slurm-jobs", config.slurm.cluster_name), **pod_security_labels("baseline", "restricted")},
+            ),
+            opts=child(self),
+        )
+        self.name = namespace.metadata.name
+        self.register_outputs({"name": self.name})
+
+
+class JobSubmissionArgs:
+    def __init__(
+        self,
+        config: StackConfig,
+        namespace: pulumi.Input[str],
+        slurm_files: Mapping[str, str],
+        munge_secret_name: pulumi.Input[str],
+        shared_claim_name: pulumi.Input[str],
+    ):
+        self.config = config
+        self.namespace = namespace
+        self.slurm_files = slurm_files
+        self.munge_secret_name = munge_secret_name
+        self.shared_claim_name = shared_claim_name
+
+
+class JobSubmission(pulumi.ComponentResource):
+    """The client config for sbatch, next to the munge key and shared claim in the namespace."""
+
+    config_map_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: JobSubmissionArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:submission:JobSubmission", name, None, opts)
+        config_map = k8s.core.v1.ConfigMap(
+            name,
+            metadata=meta(namespace=args.namespace, labels=labels("slurm-client", args.config.slurm.cluster_name)),
+            data={"slurm.conf": args.slurm_files["slurm.conf"]},
+            opts=child(self),
+        )
+        self.config_map_name = config_map.metadata.name
+        self.namespace = args.namespace
+        self.munge_secret_name = args.munge_secret_name
+        self.shared_claim_name = args.shared_claim_name
+        self.images = args.config.images
+        self.register_outputs({"config_map_name": self.config_map_name})
+
+    def sbatch_pod_spec(self, script: str, sbatch_args: tuple[str, ...] = ()) -> k8s.core.v1.PodSpecArgs:
+        """A pod that submits ``script`` (a path under /shared) with sbatch and waits for the job."""
+        return k8s.core.v1.PodSpecArgs(
+            restart_policy="Never",
+            automount_service_account_token=False,
+            init_containers=[munged_sidecar(self.images.slurmd)],
+            containers=[
+                k8s.core.v1.ContainerArgs(
+                    name="sbatch",
+                    image=self.images.slurmd,
+                    command=["sbatch", "--wait", *sbatch_args, f"{SHARED_MOUNT}/{script}"],
+                    env=[k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=f"{CONFIG_DIR}/slurm.conf")],
+                    working_dir=SHARED_MOUNT,
+                    resources=k8s.core.v1.ResourceRequirementsArgs(
+                        requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "500m", "memory": "256Mi"}
+                    ),
+                    volume_mounts=[
+                        mount("slurm-config", CONFIG_DIR, read_only=True),
+                        mount("shared", SHARED_MOUNT),
+                        mount("tmp", "/tmp"),
+                        munge_socket_mount(),
+                    ],
+                    security_context=locked_down(run_as_user=CLIENT_UID),
+                )
+            ],
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="slurm-config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=self.config_map_name)
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="shared",
+                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=self.shared_claim_name),
+                ),
+                empty_dir("tmp"),
+                *munge_volumes(self.munge_secret_name),
+            ],
+        )
