@@ -21,7 +21,8 @@ from config.models import (
     Taint,
     Toleration,
 )
-from config.types import image_is_pinned
+from config.quantities import parse_quantity
+from config.types import image_is_pinned, is_dns_label
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,9 @@ def node_names_unique_across_pools(config: StackConfig) -> Iterator[Problem]:
 
 
 def node_names_are_dns_subdomains(config: StackConfig) -> Iterator[Problem]:
-    from config.types import _DNS1123_LABEL  # the same rule Kubernetes applies to node names
-
     for index, pool in enumerate(config.pools):
-        bad = [name for name in pool.node_names if not all(_DNS1123_LABEL.match(p) for p in name.split("."))]
+        # Node names are DNS subdomains: dot-separated DNS-1123 labels.
+        bad = [name for name in pool.node_names if len(name) > 253 or not all(map(is_dns_label, name.split(".")))]
         if bad:
             yield Problem(f"pools[{index}].nodes", f"node name {bad[0]} is not a valid Kubernetes node name", pool.nodes)
 
@@ -240,8 +240,6 @@ def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
 
 
 def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
-    from config.quantities import parse_quantity
-
     def resources_at(path, resources) -> Iterator[Problem]:
         for kind in ("cpu", "memory"):
             request = getattr(resources.requests, kind)

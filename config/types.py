@@ -43,8 +43,12 @@ _SLURM_TIME = re.compile(
 )
 
 
+def is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if not is_dns_label(value):
         raise ValueError(
             "must be a DNS-1123 label: lower-case letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters"

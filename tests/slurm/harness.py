@@ -388,7 +388,9 @@ class LocalCluster:
 
     def start_mariadb(self) -> Daemon:
         data = self.root / "mysql"
-        for path in (data, self.root / "mysql-run"):
+        log = self.root / "log" / "mariadbd.log"
+        log.touch()
+        for path in (data, self.root / "mysql-run", log):
             _chown(path, "mysql")
         self.run(
             "mariadb-install-db",
@@ -408,7 +410,7 @@ class LocalCluster:
                 f"--datadir={data}",
                 f"--socket={self.mysql_socket}",
                 f"--pid-file={self.root / 'mysql-run' / 'mariadbd.pid'}",
-                f"--log-error={self.root / 'log' / 'mariadbd.log'}",
+                f"--log-error={log}",
                 f"--port={self.ports.mariadb}",
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",

@@ -1,0 +1,72 @@
+# dualsched — the two commands that matter:
+#   make up     set up everything and run the dev stack (tools, local cluster, pulumi up)
+#   make test   run every test tier: unit, real Slurm, real Pulumi engine + API server
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TOOLS_CACHE ?= $(HOME)/.cache/dualsched-tools
+export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
+
+.PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
+        test test-unit test-slurm test-e2e bench clean
+
+help:
+	@sed -n '2,4p' Makefile
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@echo "[venv] creating $(VENV) and installing pinned requirements"
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## Offline render of a stack (no cluster): every object as YAML under build/<stack>
+render: venv
+	$(PY) -m components.render --stack dev --out build/dev
+
+render-prod: venv
+	$(PY) -m components.render --stack prod --out build/prod
+
+## Toolchain from Go modules (cached in $(TOOLS_CACHE), keyed by version)
+tools:
+	tools/build-tools.sh
+
+cluster: tools
+	tools/cluster.sh up
+
+cluster-down:
+	tools/cluster.sh down
+
+up: venv tools cluster
+	tools/up.sh
+
+down: venv
+	tools/up.sh destroy
+
+slurm-deps:
+	scripts/install-slurm.sh
+
+checkov:
+	scripts/install-checkov.sh
+
+## Tests
+test-unit: venv
+	$(PY) -m pytest -m "not slurm and not e2e"
+
+test-slurm: venv slurm-deps
+	$(PY) -m pytest -m slurm tests/slurm
+
+test-e2e: venv tools cluster
+	$(PY) -m pytest -m e2e tests/e2e
+
+test: venv slurm-deps checkov tools cluster
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) -m bench.bench
+
+clean:
+	rm -rf build $(VENV)

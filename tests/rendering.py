@@ -1,0 +1,226 @@
+"""Render stacks for the tests: the real program under the render's Pulumi mocks.
+
+``render_stack("dev")`` renders ``Pulumi.dev.yaml`` once per test session;
+``render_raw(raw)`` renders a config dict (the ``dualsched:`` keys without the
+prefix), cached by its content. Both return a :class:`Rendered`: the
+:class:`components.render.Render` (``objects``, ``by_kind``, ``one``,
+``generated_secrets``, ``slurm_files``) plus what the engine would have been
+told but the manifests do not show:
+
+* ``resources``: every resource registration, components included, with its
+  parent, ``protect`` and ``retain_on_delete`` options;
+* ``component_outputs``: what each component passed to ``register_outputs``.
+
+They are recorded by a MockMonitor subclass that :func:`components.render.render_config`
+is handed through ``pulumi.runtime.set_mocks`` (its ``monitor`` parameter).
+Pulumi's mock state is process-global, so each config is rendered fresh and
+then cached; never hold two renders open at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+
+from components.render import Render, RenderedObject, plain, render_config
+from config import StackConfig, load_stack_file, parse_stack_config
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = ("dev", "prod")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One RegisterResource call as the engine would receive it."""
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    custom: bool
+    protect: bool
+    retain_on_delete: bool
+    ignore_changes: tuple[str, ...]
+    dependencies: tuple[str, ...]
+
+    @property
+    def parent_type(self) -> str:
+        """The type token of the parent (last segment of its URN's type chain)."""
+        if not self.parent:
+            return ""
+        return self.parent.split("::")[2].split("$")[-1]
+
+
+@dataclass
+class Rendered:
+    """A render plus the registrations and component outputs the mocks saw."""
+
+    config: StackConfig
+    render: Render
+    resources: list[Registration] = field(default_factory=list)
+    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    # ---- the Render's own API, for brevity in tests
+    @property
+    def objects(self) -> list[RenderedObject]:
+        return self.render.objects
+
+    @property
+    def generated_secrets(self) -> list[str]:
+        return self.render.generated_secrets
+
+    @property
+    def slurm_files(self) -> dict[str, str]:
+        return self.render.slurm_files
+
+    def by_kind(self, kind: str) -> list[RenderedObject]:
+        return self.render.by_kind(kind)
+
+    def one(self, kind: str, name_part: str = "") -> RenderedObject:
+        return self.render.one(kind, name_part)
+
+    def in_namespace(self, namespace: str, kind: Optional[str] = None) -> list[RenderedObject]:
+        return [obj for obj in self.objects if obj.namespace == namespace and (kind is None or obj.kind == kind)]
+
+    # ---- registrations
+    def components(self, type_token: Optional[str] = None) -> list[Registration]:
+        return [r for r in self.resources if not r.custom and (type_token is None or r.type == type_token)]
+
+    def registration(self, obj: RenderedObject) -> Registration:
+        """The registration that produced a rendered object (matched by type and Pulumi name)."""
+        matches = [r for r in self.resources if r.custom and r.type == obj.pulumi_type and r.name == obj.pulumi_name]
+        assert len(matches) == 1, f"{len(matches)} registrations for {obj.pulumi_type} {obj.pulumi_name}"
+        return matches[0]
+
+    def outputs_of(self, type_token: str) -> dict[str, Any]:
+        """register_outputs of the one component of this type."""
+        urns = [r.urn for r in self.components(type_token)]
+        assert len(urns) == 1, f"{len(urns)} components of type {type_token}"
+        return self.component_outputs[urns[0]]
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The stock mock monitor, also recording resource options and component outputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks, sink: Rendered):
+        super().__init__(mocks)
+        self.sink = sink
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.sink.resources.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent=request.parent,
+                    custom=bool(request.custom),
+                    protect=bool(request.protect) if request.HasField("protect") else False,
+                    retain_on_delete=bool(request.retainOnDelete) if request.HasField("retainOnDelete") else False,
+                    ignore_changes=tuple(request.ignoreChanges),
+                    dependencies=tuple(request.dependencies),
+                )
+            )
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        pulumi_mocks._ensure_event_loop()
+        self.sink.component_outputs[request.urn] = plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def render_with_registrations(config: StackConfig, stack: str = "render") -> Rendered:
+    """Run :func:`render_config` with a :class:`RecordingMonitor` in place of the stock one."""
+    rendered = Rendered(config=config, render=Render())
+    original = pulumi.runtime.set_mocks
+
+    def set_mocks(mocks, *args, **kwargs):
+        kwargs["monitor"] = RecordingMonitor(mocks, rendered)
+        return original(mocks, *args, **kwargs)
+
+    pulumi.runtime.set_mocks = set_mocks
+    try:
+        rendered.render = render_config(config, stack)
+    finally:
+        pulumi.runtime.set_mocks = original
+    return rendered
+
+
+def stack_file(name: str) -> Path:
+    return ROOT / f"Pulumi.{name}.yaml"
+
+
+def raw_stack(name: str) -> dict[str, Any]:
+    """A stack file's ``dualsched:`` keys without the prefix, as a fresh mutable dict."""
+    document = yaml.safe_load(stack_file(name).read_text())
+    return {key.split(":", 1)[1]: copy.deepcopy(value) for key, value in document["config"].items() if key.startswith("dualsched:")}
+
+
+@lru_cache(maxsize=None)
+def render_stack(name: str) -> Rendered:
+    """The render of ``Pulumi.<name>.yaml``, once per session."""
+    return render_with_registrations(load_stack_file(stack_file(name)), name)
+
+
+@lru_cache(maxsize=64)
+def _render_json(text: str) -> Rendered:
+    return render_with_registrations(parse_stack_config(json.loads(text), "test config"), "test")
+
+
+def render_raw(raw: Mapping[str, Any]) -> Rendered:
+    """The render of a config dict; equal dicts share one render."""
+    return _render_json(json.dumps(raw, sort_keys=True))
+
+
+def variant(name: str, edit) -> dict[str, Any]:
+    """A stack's raw config after ``edit(raw)`` (which mutates it in place)."""
+    raw = raw_stack(name)
+    edit(raw)
+    return raw
+
+
+# ------------------------------------------------------------------ manifest helpers
+
+
+def pod_spec(obj: RenderedObject) -> dict[str, Any]:
+    return obj.manifest["spec"]["template"]["spec"]
+
+
+def container(obj: RenderedObject, name: str) -> dict[str, Any]:
+    spec = pod_spec(obj)
+    found = [c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name]
+    assert len(found) == 1, f"{obj.kind}/{obj.name} has {len(found)} containers named {name}"
+    return found[0]
+
+
+def volume(obj: RenderedObject, name: str) -> dict[str, Any]:
+    found = [v for v in pod_spec(obj).get("volumes", []) if v["name"] == name]
+    assert len(found) == 1, f"{obj.kind}/{obj.name} has {len(found)} volumes named {name}"
+    return found[0]
+
+
+def mounts(container_spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """mountPath -> volumeMount."""
+    return {m["mountPath"]: m for m in container_spec.get("volumeMounts", [])}
+
+
+def walk(value: Any, path: str = ""):
+    """Yield (path, leaf) for every scalar in a manifest."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from walk(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from walk(item, f"{path}[{index}]")
+    else:
+        yield path, value
