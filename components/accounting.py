@@ -140,7 +140,7 @@ class Accounting(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child(self, depends_on=[claim]),
+            opts=child(self),
         )
         return secret.metadata.name, PASSWORD_KEY
 

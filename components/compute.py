@@ -84,7 +84,6 @@ class ComputePool(pulumi.ComponentResource):
             automount_service_account_token=False,
             node_selector={config.placement.pool_label: pool.name},
             tolerations=tolerations_for(config.pool_taints(pool)),
-            priority_class_name="system-node-critical",
             termination_grace_period_seconds=120,
             init_containers=[munged_sidecar(config.images.slurmd)],
             containers=[

@@ -87,7 +87,7 @@ class SlurmController(pulumi.ComponentResource):
                     spec=self._pod_spec(args, state.metadata.name),
                 ),
             ),
-            opts=child(self, depends_on=[state]),
+            opts=child(self),
         )
         self.address = pulumi.Output.concat(
             site.controller_hosts[0].address or site.controller_hosts[0].name, ":", str(site.slurmctld_port)

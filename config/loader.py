@@ -92,6 +92,15 @@ def _problem_from_error(error: Mapping[str, Any]) -> Problem:
     return Problem(_path(location), message, error["input"])
 
 
+def _masked(error: Mapping[str, Any], errors: list[Any]) -> bool:
+    """pydantic also reports a tuple with a bad item as too short (its valid items are
+    counted); that echo of the item's own error would only mislead."""
+    location = tuple(error["loc"])
+    return error["type"] == "too_short" and any(
+        len(other["loc"]) > len(location) and tuple(other["loc"][: len(location)]) == location for other in errors
+    )
+
+
 def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
     """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError."""
     if not isinstance(raw, Mapping):
@@ -99,7 +108,8 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
     try:
         config = StackConfig.model_validate(dict(raw))
     except ValidationError as error:
-        raise ConfigError([_problem_from_error(e) for e in error.errors()], source) from None
+        errors = error.errors()
+        raise ConfigError([_problem_from_error(e) for e in errors if not _masked(e, errors)], source) from None
     problems = cross_field_problems(config)
     if problems:
         raise ConfigError(problems, source)

@@ -16,7 +16,17 @@ import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from config.types import DnsLabel, ImageRef, LabelKey, LabelValue, Quantity, SlurmTime
+from config.types import (
+    DnsLabel,
+    ImageRef,
+    KubernetesMinor,
+    LabelKey,
+    LabelValue,
+    PartitionName,
+    Quantity,
+    RelativePath,
+    SlurmTime,
+)
 
 
 class Model(BaseModel):
@@ -214,7 +224,7 @@ class NodePool(Model):
     @property
     def kubernetes_gpu_count(self) -> int:
         """GPUs per node left allocatable to Kubernetes workloads."""
-        return self.gpus_per_node - self.slurm_gpu_count
+        return max(0, self.gpus_per_node - self.slurm_gpu_count)
 
 
 # ----------------------------------------------------------------------------- slurm
@@ -247,7 +257,7 @@ class Controller(Model):
 class Partition(Model):
     """A Slurm partition over one or more pools."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+    name: PartitionName
     """PartitionName."""
     pools: tuple[DnsLabel, ...] = Field(min_length=1)
     """Pools whose nodes form the partition (via NodeSet)."""
@@ -363,7 +373,7 @@ class SharedStorage(Model):
     """NFS settings (type nfs)."""
     lustre: Optional[LustreStorage] = None
     """Lustre settings (type lustre)."""
-    models_path: str = Field("models", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    models_path: RelativePath = "models"
     """Directory on the shared file system that inference mounts read-only."""
 
 
@@ -382,7 +392,7 @@ class InferenceModel(Model):
 
     name: DnsLabel
     """Deployment and Service name."""
-    path: str = Field(pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    path: RelativePath
     """Model directory relative to the shared models directory."""
     gpus: int = Field(1, ge=1, le=64)
     """GPUs per replica (nvidia.com/gpu limit; vLLM --tensor-parallel-size)."""
@@ -432,7 +442,7 @@ class StackConfig(Model):
 
     environment: Environment = Environment.DEV
     """dev or prod; prod requires pinned images and protects stateful resources."""
-    kubernetes_version: str = Field("1.34", pattern=r"^1\.\d{2}$")
+    kubernetes_version: KubernetesMinor = "1.34"
     """Kubernetes minor version the manifests target (e.g. '1.34')."""
     protect: Optional[bool] = None
     """Pulumi protect on state claims, database and storage; defaults to true in prod."""

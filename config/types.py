@@ -47,6 +47,18 @@ def is_dns_label(value: str) -> bool:
     return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
 
 
+# A relative path below a mount: plain segments, no '.' or '..' (a subPath must
+# not contain '..', and a model path must not leave the read-only models mount).
+_RELATIVE_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+
+
+# Kubernetes minor version, as the schema files are named: '1.34'.
+_KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
+
+# Slurm PartitionName: a word Slurm accepts and shells need not quote.
+_PARTITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+
+
 def _dns_label(value: str) -> str:
     if not is_dns_label(value):
         raise ValueError(
@@ -80,6 +92,24 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _relative_path(value: str) -> str:
+    if not _RELATIVE_PATH.match(value) or any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("must be a relative path such as 'org/model', without '.' or '..' segments")
+    return value
+
+
+def _kubernetes_minor(value: str) -> str:
+    if not _KUBERNETES_MINOR.match(value):
+        raise ValueError("must be a Kubernetes minor version such as '1.34' (no 'v', no patch)")
+    return value
+
+
+def _partition_name(value: str) -> str:
+    if not _PARTITION_NAME.match(value):
+        raise ValueError("must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters")
+    return value
+
+
 def _slurm_time(value: str) -> str:
     if not _SLURM_TIME.match(value):
         raise ValueError("must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'")
@@ -92,6 +122,9 @@ ImageRef = Annotated[str, AfterValidator(_image)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
 SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
+RelativePath = Annotated[str, AfterValidator(_relative_path)]
+KubernetesMinor = Annotated[str, AfterValidator(_kubernetes_minor)]
+PartitionName = Annotated[str, AfterValidator(_partition_name)]
 
 
 def image_is_pinned(reference: str) -> bool:

@@ -7,15 +7,20 @@ without the namespace prefix, deep-copied per test so a test may mutate them.
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from config import StackConfig, parse_stack_config
-
 ROOT = Path(__file__).resolve().parent.parent
+# A bare `pytest` (not `python -m pytest`) from a clone that was not `pip install`ed
+# still finds the project's packages.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from config import StackConfig, parse_stack_config  # noqa: E402
 STACKS = ("dev", "prod")
 _PREFIX = "dualsched:"
 

@@ -24,13 +24,14 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
+from components import program as program_module
 from components.render import Render, RenderedObject, plain, render_config
 from config import StackConfig, load_stack_file, parse_stack_config
 
@@ -51,6 +52,7 @@ class Registration:
     retain_on_delete: bool
     ignore_changes: tuple[str, ...]
     dependencies: tuple[str, ...]
+    provider: str
 
     @property
     def parent_type(self) -> str:
@@ -87,6 +89,12 @@ class Rendered:
 
     def one(self, kind: str, name_part: str = "") -> RenderedObject:
         return self.render.one(kind, name_part)
+
+    def named(self, kind: str, name: str, namespace: Optional[str] = None) -> RenderedObject:
+        """The one object of ``kind`` with exactly this name (and namespace, when given)."""
+        matches = [o for o in self.by_kind(kind) if o.name == name and (namespace is None or o.namespace == namespace)]
+        assert len(matches) == 1, f"{len(matches)} {kind} objects named {name!r}"
+        return matches[0]
 
     def in_namespace(self, namespace: str, kind: Optional[str] = None) -> list[RenderedObject]:
         return [obj for obj in self.objects if obj.namespace == namespace and (kind is None or obj.kind == kind)]
@@ -129,6 +137,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete) if request.HasField("retainOnDelete") else False,
                     ignore_changes=tuple(request.ignoreChanges),
                     dependencies=tuple(request.dependencies),
+                    provider=request.provider,
                 )
             )
         return response
@@ -139,20 +148,30 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
-def render_with_registrations(config: StackConfig, stack: str = "render") -> Rendered:
-    """Run :func:`render_config` with a :class:`RecordingMonitor` in place of the stock one."""
+def render_with_registrations(
+    config: StackConfig, stack: str = "render", program: Optional[Callable[[StackConfig], Any]] = None
+) -> Rendered:
+    """Run :func:`render_config` with a :class:`RecordingMonitor` in place of the stock one.
+
+    ``program`` replaces :func:`components.program.build` for this render (it must
+    return the cluster), for tests that add resources of their own or pass options.
+    """
     rendered = Rendered(config=config, render=Render())
-    original = pulumi.runtime.set_mocks
+    original_set_mocks = pulumi.runtime.set_mocks
+    original_build = program_module.build
 
     def set_mocks(mocks, *args, **kwargs):
         kwargs["monitor"] = RecordingMonitor(mocks, rendered)
-        return original(mocks, *args, **kwargs)
+        return original_set_mocks(mocks, *args, **kwargs)
 
     pulumi.runtime.set_mocks = set_mocks
+    if program is not None:
+        program_module.build = program
     try:
         rendered.render = render_config(config, stack)
     finally:
-        pulumi.runtime.set_mocks = original
+        pulumi.runtime.set_mocks = original_set_mocks
+        program_module.build = original_build
     return rendered
 
 

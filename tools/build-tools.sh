@@ -166,7 +166,11 @@ build_pulumi-language-python() {
   sdkdir=$(gomod_dir "github.com/pulumi/pulumi/sdk/v3@$v")
   # module cache files are read-only and not executable: install -m755
   install -m755 "$sdkdir/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
-  install -m755 "$sdkdir/python/cmd/pulumi-resource-pulumi-python" "$out/pulumi-resource-pulumi-python"
+  local f
+  for f in "$sdkdir/python/dist/pulumi-resource-pulumi-python" "$sdkdir/python/cmd/pulumi-resource-pulumi-python"; do
+    [ -f "$f" ] && { install -m755 "$f" "$out/pulumi-resource-pulumi-python"; break; }
+  done
+  [ -x "$out/pulumi-resource-pulumi-python" ]
 }
 
 # ------------------------------------------------ Kubernetes provider (own main)
@@ -286,20 +290,19 @@ EOF
 }
 
 # Install provider plugins into the Pulumi plugin cache at the exact versions the Python
-# packages request (see tools/pulumi-env.sh for PULUMI_HOME).
+# packages request, in ${PULUMI_HOME:-~/.pulumi}/plugins (same as dualsched_install_plugins in tools/pulumi-env.sh).
 install_plugins() {
   local pulumi; pulumi="$(tool_bindir pulumi)/pulumi"
   [ -x "$pulumi" ] || return 0
-  export PULUMI_HOME="${PULUMI_HOME:-$CACHE/pulumi-home}"
   export PULUMI_SKIP_UPDATE_CHECK=true
   local name ver bin
   for spec in "kubernetes $PULUMI_K8S_PROVIDER_VERSION" "random $PULUMI_RANDOM_PROVIDER_VERSION"; do
     read -r name ver <<<"$spec"
     bin="$(tool_bindir "pulumi-resource-$name")/pulumi-resource-$name"
     [ -x "$bin" ] || continue
-    local dst="$PULUMI_HOME/plugins/resource-$name-v$ver/pulumi-resource-$name"
+    local dst="${PULUMI_HOME:-$HOME/.pulumi}/plugins/resource-$name-v$ver/pulumi-resource-$name"
     if [ -f "$dst" ] && cmp -s "$bin" "$dst" && [ "$FORCE" != 1 ]; then continue; fi
-    log "installing plugin resource $name v$ver into $PULUMI_HOME/plugins"
+    log "installing plugin resource $name v$ver into ${PULUMI_HOME:-$HOME/.pulumi}/plugins"
     "$pulumi" plugin install resource "$name" "$ver" --file "$bin" --reinstall >/dev/null
   done
 }

@@ -67,6 +67,12 @@ DB_NAME = "slurm_acct_db"
 UNREACHABLE_DOMAIN = "invalid"
 
 
+# munged listens on its default socket, as the munged sidecars do on Kubernetes (the Site
+# leaves munge_socket unset). It has to: a configless slurmd fetches its config, and so
+# learns AuthInfo, only after authenticating through munge - so through the default socket.
+DEFAULT_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+
+
 def missing_tools() -> list[str]:
     return [tool for tool in DAEMONS + CLIENTS if shutil.which(tool) is None]
 
@@ -133,7 +139,6 @@ def local_site(
     root: Path,
     ports: Ports,
     local_node: Optional[str],
-    munge_socket: Path,
 ) -> Site:
     """This machine as a Site: loopback ports, paths under ``root``, file GPUs."""
     return Site(
@@ -150,7 +155,7 @@ def local_site(
         slurmd_spool_dir=str(root / "spool"),
         run_dir=str(root / "run"),
         log_dir=str(root / "log"),
-        munge_socket=str(munge_socket),
+        munge_socket=None,
         # Hybrid cgroups on this machine: slurmd refuses cgroup/v2 ("Hybrid mode is not supported").
         cgroup_plugin="cgroup/v1",
         proctrack_type="proctrack/linuxproc",
@@ -243,7 +248,7 @@ class LocalCluster:
         # munged insists every directory above its socket and key is searchable and
         # not writable by others; mkdtemp makes 0700 directories.
         os.chmod(self.root, 0o755)
-        for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "munge-run", "mysql", "mysql-run"):
+        for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "mysql", "mysql-run"):
             (self.root / name).mkdir()
         self.config = parse_stack_config(self.raw_config, "local test cluster")
         self.site = self.site_for(self.config)
@@ -260,7 +265,7 @@ class LocalCluster:
 
     @property
     def munge_socket(self) -> Path:
-        return self.root / "munge-run" / "munge.socket.2"
+        return DEFAULT_MUNGE_SOCKET
 
     @property
     def mysql_socket(self) -> Path:
@@ -276,7 +281,7 @@ class LocalCluster:
         return env
 
     def site_for(self, config: StackConfig) -> Site:
-        return local_site(config, self.root, self.ports, self.local_node, self.munge_socket)
+        return local_site(config, self.root, self.ports, self.local_node)
 
     # -------------------------------------------------------------- rendering
 
@@ -359,11 +364,20 @@ class LocalCluster:
         # The key is made the way the library makes it: MUNGE_KEY_BYTES random bytes
         # (pulumi_random.RandomBytes in components.munge), here from os.urandom.
         key.write_bytes(os.urandom(MUNGE_KEY_BYTES))
-        for path in (key_dir, key, self.root / "munge-run"):
+        socket_dir = self.munge_socket.parent
+        if self.munge_socket.exists():
+            if subprocess.run(["munge", "-n"], capture_output=True, timeout=10).returncode == 0:
+                raise RuntimeError(
+                    f"a munged already answers on {self.munge_socket} (the system's?); stop it "
+                    "(scripts/install-slurm.sh does) so the test cluster can use its own key"
+                )
+            self.munge_socket.unlink()
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        for path in (key_dir, key, socket_dir):
             _chown(path, "munge")
         os.chmod(key_dir, 0o700)
         os.chmod(key, 0o400)
-        os.chmod(self.root / "munge-run", 0o755)
+        os.chmod(socket_dir, 0o755)
         return self._start(
             "munged",
             [
@@ -371,7 +385,7 @@ class LocalCluster:
                 "--foreground",
                 f"--key-file={key}",
                 f"--socket={self.munge_socket}",
-                f"--pid-file={self.root / 'munge-run' / 'munged.pid'}",
+                f"--pid-file={key_dir / 'munged.pid'}",
                 f"--seed-file={key_dir / 'munged.seed'}",
                 f"--log-file={self.root / 'log' / 'munged.log'}",
             ],

@@ -1,0 +1,147 @@
+"""ComputePool: one slurmd DaemonSet per Slurm pool, placed, tolerated and sized by the pool."""
+
+from __future__ import annotations
+
+import pytest
+
+from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
+
+POOL_LABEL = "dualsched.io/pool"
+SLURM_TAINT = {"key": "dualsched.io/slurm", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+
+
+def _daemonsets(rendered) -> dict:
+    """pool name -> slurmd DaemonSet."""
+    result = {}
+    for daemonset in rendered.by_kind("DaemonSet"):
+        pool = pod_spec(daemonset)["nodeSelector"][POOL_LABEL]
+        assert pool not in result
+        result[pool] = daemonset
+    return result
+
+
+def _with_kubernetes_pool(raw):
+    raw["pools"].append({"name": "serve", "nodes": "inf-[01-04]", "mode": "kubernetes", "gpusPerNode": 4})
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_one_daemonset_per_slurm_pool(stack):
+    rendered = render_stack(stack)
+    assert sorted(_daemonsets(rendered)) == sorted(pool.name for pool in rendered.config.slurm_pools)
+    assert {d.namespace for d in rendered.by_kind("DaemonSet")} == {"slurm"}
+    assert sorted(_daemonsets(render_stack("prod"))) == ["h100-a", "h100-b", "h100-shared"]
+
+
+def test_kubernetes_mode_pools_get_no_slurmd():
+    rendered = render_raw(variant("dev", _with_kubernetes_pool))
+    assert sorted(_daemonsets(rendered)) == ["gpu"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_placed_by_the_pool_label_only(stack):
+    for pool, daemonset in _daemonsets(render_stack(stack)).items():
+        spec = pod_spec(daemonset)
+        assert spec["nodeSelector"] == {POOL_LABEL: pool}
+        assert daemonset.manifest["spec"]["template"]["metadata"]["labels"][POOL_LABEL] == pool
+        assert daemonset.manifest["spec"]["selector"]["matchLabels"] == daemonset.manifest["spec"]["template"]["metadata"]["labels"]
+
+
+def test_dedicated_pools_tolerate_exactly_the_slurm_taint():
+    daemonsets = _daemonsets(render_stack("prod"))
+    for pool in ("h100-a", "h100-b"):
+        assert pod_spec(daemonsets[pool])["tolerations"] == [SLURM_TAINT]
+
+
+@pytest.mark.parametrize(("stack", "pool"), [("dev", "gpu"), ("prod", "h100-shared")])
+def test_untainted_partitioned_pools_tolerate_nothing(stack, pool):
+    assert not pod_spec(_daemonsets(render_stack(stack))[pool]).get("tolerations")
+
+
+def test_custom_taints_are_tolerated_exactly():
+    def taint(raw):
+        raw["pools"][0]["taints"] = [{"key": "example.com/gpu-team", "value": "ml", "effect": "NoExecute"}]
+        raw["inference"]["tolerations"] = [{"key": "example.com/gpu-team", "value": "ml"}]
+
+    daemonset = _daemonsets(render_raw(variant("dev", taint)))["gpu"]
+    assert pod_spec(daemonset)["tolerations"] == [
+        {"key": "example.com/gpu-team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_host_network_with_cluster_dns_and_privileged(stack):
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        spec = pod_spec(daemonset)
+        assert spec["hostNetwork"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert container(daemonset, "slurmd")["securityContext"] == {"privileged": True}
+        assert daemonset.manifest["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+@pytest.mark.parametrize(("stack", "pool", "gpus"), [("dev", "gpu", "6"), ("prod", "h100-a", "8"), ("prod", "h100-b", "8"), ("prod", "h100-shared", "4")])
+def test_gpu_limit_is_all_gpus_when_dedicated_and_the_slurm_share_when_partitioned(stack, pool, gpus):
+    rendered = render_stack(stack)
+    config = rendered.config.pool(pool)
+    expected = config.gpus_per_node if config.mode.value == "dedicated" else config.slurm_gpus
+    assert str(expected) == gpus
+    resources = container(_daemonsets(rendered)[pool], "slurmd")["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == gpus
+    assert resources["requests"]["nvidia.com/gpu"] == gpus
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_cpu_and_memory_limits_are_the_node_share_slurm_allocates(stack):
+    rendered = render_stack(stack)
+    for pool_name, daemonset in _daemonsets(rendered).items():
+        pool = rendered.config.pool(pool_name)
+        resources = container(daemonset, "slurmd")["resources"]
+        assert resources["limits"]["cpu"] == str(pool.cpus)
+        assert resources["limits"]["memory"] == f"{pool.real_memory_mb}M"
+        assert resources["requests"]["cpu"] == pool.slurmd_requests.cpu
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_munge_key_and_shared_claim_are_mounted(stack):
+    rendered = render_stack(stack)
+    munge = rendered.one("Secret", "munge-slurm")
+    shared_claim = [c for c in rendered.in_namespace("slurm", "PersistentVolumeClaim") if "shared" in c.name]
+    assert len(shared_claim) == 1
+    for daemonset in _daemonsets(rendered).values():
+        assert volume(daemonset, "munge-key")["secret"]["secretName"] == munge.name
+        assert volume(daemonset, "shared")["persistentVolumeClaim"] == {"claimName": shared_claim[0].name}
+        shared = mounts(container(daemonset, "slurmd"))["/shared"]
+        assert shared["name"] == "shared" and not shared.get("readOnly")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_slurmd_is_configless(stack):
+    """It never mounts slurm.conf: it fetches it from every controller listed in --conf-server."""
+    rendered = render_stack(stack)
+    controllers = ",".join(
+        f"slurmctld-{i}.slurmctld.slurm.svc.cluster.local:6817" for i in range(2 if rendered.config.slurm.controller.ha else 1)
+    )
+    for daemonset in _daemonsets(rendered).values():
+        slurmd = container(daemonset, "slurmd")
+        command = slurmd["command"]
+        assert command[command.index("--conf-server") + 1] == controllers
+        assert command[command.index("-N") + 1] == "$(NODE_NAME)"
+        assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+        assert not [v for v in pod_spec(daemonset)["volumes"] if "configMap" in v]
+
+
+def test_prod_conf_server_lists_both_controllers():
+    slurmd = container(_daemonsets(render_stack("prod"))["h100-a"], "slurmd")
+    servers = slurmd["command"][slurmd["command"].index("--conf-server") + 1].split(",")
+    assert servers == [
+        "slurmctld-0.slurmctld.slurm.svc.cluster.local:6817",
+        "slurmctld-1.slurmctld.slurm.svc.cluster.local:6817",
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_probes_on_the_slurmd_port(stack):
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        slurmd = container(daemonset, "slurmd")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert slurmd[probe]["tcpSocket"] == {"port": 6818}
+        assert slurmd["ports"] == [{"containerPort": 6818, "name": "slurmd"}]

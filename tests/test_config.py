@@ -1,0 +1,514 @@
+"""The stack config, as a specification (mirrors config/).
+
+Valid stacks load with their defaults resolved; every invalid case mutates a
+valid dev or prod stack and must be rejected with one ``ConfigError`` whose
+message names the config path to fix, in the form
+``<config path>: <what is wrong> (got <value>)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from config import ConfigError, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
+from config.checks import Problem
+from config.models import PoolMode, Taint, TaintEffect
+from tests.conftest import raw_stack, stack_file
+
+SLURM_TAINT = "dualsched.io/slurm"
+
+# ------------------------------------------------------------------------- helpers
+
+DELETE = object()
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _parts(path: str) -> list[str | int]:
+    return [name if name else int(index) for name, index in _TOKEN.findall(path)]
+
+
+def edit(raw: dict[str, Any], path: str, value: Any) -> None:
+    """Set (or, with DELETE, remove) the key at a config path like 'pools[0].slurmGpus'."""
+    *parents, last = _parts(path)
+    node: Any = raw
+    for part in parents:
+        if isinstance(part, str) and part not in node:
+            node[part] = {}
+        node = node[part]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+
+
+def problem_line(path: str) -> re.Pattern[str]:
+    """A line of the message reporting ``path`` in the ``<path>: <message> (got <value>)`` form."""
+    return re.compile(rf"^\s*{re.escape(path)}: .+ \(got .+\)$", re.MULTILINE)
+
+
+def rejection(raw: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(raw)
+    return caught.value
+
+
+# -------------------------------------------------------------------- valid stacks
+
+
+def test_dev_stack_file_loads():
+    config = load_stack_file(stack_file("dev"))
+    assert config.environment.value == "dev"
+    assert config.slurm.cluster_name == "dev"
+
+
+def test_prod_stack_file_loads():
+    config = load_stack_file(stack_file("prod"))
+    assert config.environment.value == "prod"
+    assert len(config.pools) == 3
+
+
+def test_dedicated_pool_gets_the_slurm_taint_by_default(prod_config):
+    pool = prod_config.pool("h100-a")
+    assert pool.taints is None
+    assert prod_config.pool_taints(pool) == (Taint(key=SLURM_TAINT, value="true", effect=TaintEffect.NO_SCHEDULE),)
+
+
+def test_partitioned_pool_has_no_taint_by_default(dev_config):
+    assert dev_config.pool_taints(dev_config.pool("gpu")) == ()
+
+
+def test_dedicated_pool_gives_slurm_every_gpu_by_default(prod_config):
+    pool = prod_config.pool("h100-a")
+    assert pool.slurm_gpus is None
+    assert pool.slurm_gpu_count == 8
+    assert pool.kubernetes_gpu_count == 0
+
+
+def test_partitioned_pool_splits_gpus_between_slurm_and_kubernetes(dev_config):
+    pool = dev_config.pool("gpu")
+    assert (pool.slurm_gpu_count, pool.kubernetes_gpu_count) == (6, 2)
+
+
+def test_kubernetes_pool_gives_slurm_no_gpus(dev_raw):
+    dev_raw["pools"].append({"name": "serve", "nodes": "srv-[1-2]", "mode": "kubernetes"})
+    config = parse_stack_config(dev_raw)
+    pool = config.pool("serve")
+    assert pool.slurm_gpu_count == 0 and not pool.runs_slurmd
+    assert pool not in config.slurm_pools and pool in config.inference_pools
+
+
+def test_protect_defaults_to_true_in_prod(prod_raw):
+    del prod_raw["protect"]
+    assert parse_stack_config(prod_raw).protect_state is True
+
+
+def test_protect_defaults_to_false_in_dev(dev_config):
+    assert dev_config.protect is None
+    assert dev_config.protect_state is False
+
+
+def test_dev_may_use_latest_images(dev_raw):
+    dev_raw["images"] = {"vllm": "docker.io/vllm/vllm-openai:latest", "slurmd": "ghcr.io/slinkyproject/slurmd"}
+    assert parse_stack_config(dev_raw).images.vllm.endswith(":latest")
+
+
+def test_prod_may_pin_an_image_by_digest(prod_raw):
+    prod_raw["images"]["vllm"] = "docker.io/vllm/vllm-openai@sha256:" + "a" * 64
+    parse_stack_config(prod_raw)
+
+
+def test_config_is_immutable(dev_config):
+    with pytest.raises(Exception):
+        dev_config.slurm.namespace = "other"
+
+
+def test_snake_case_names_are_accepted_too(dev_raw):
+    dev_raw["pools"][0]["gpus_per_node"] = dev_raw["pools"][0].pop("gpusPerNode")
+    assert parse_stack_config(dev_raw).pools[0].gpus_per_node == 8
+
+
+# ------------------------------------------------------------------ invalid stacks
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A valid stack, the edits that break it, and the config path the message must name."""
+
+    id: str
+    stack: str
+    edits: dict[str, Any]
+    path: str
+    says: str = ""
+    """A phrase the problem's message must contain, when the path alone is not specific."""
+
+
+INVALID = [
+    # partitions and pools
+    Invalid("partition-names-missing-pool", "dev", {"slurm.partitions[0].pools": ["nope"]},
+            "slurm.partitions[0].pools[0]", "no pool of that name"),
+    Invalid("partition-names-kubernetes-pool", "prod",
+            {"pools[2].mode": "kubernetes", "pools[2].slurmGpus": DELETE},
+            "slurm.partitions[2].pools[0]", "runs no slurmd"),
+    Invalid("dedicated-slurm-gpus-disagree", "prod", {"pools[0].slurmGpus": 4}, "pools[0].slurmGpus", "dedicated"),
+    Invalid("partitioned-slurm-gpus-equal-gpus-per-node", "dev", {"pools[0].slurmGpus": 8},
+            "pools[0].slurmGpus", "partitioned"),
+    Invalid("partitioned-slurm-gpus-above-gpus-per-node", "dev", {"pools[0].slurmGpus": 12},
+            "pools[0].slurmGpus", "partitioned"),
+    Invalid("partitioned-slurm-gpus-zero", "dev", {"pools[0].slurmGpus": 0}, "pools[0].slurmGpus", "partitioned"),
+    Invalid("partitioned-slurm-gpus-missing", "dev", {"pools[0].slurmGpus": DELETE},
+            "pools[0].slurmGpus", "must say how many"),
+    Invalid("kubernetes-pool-with-slurm-gpus", "prod",
+            {"pools[2].mode": "kubernetes", "slurm.partitions": [{"name": "train", "pools": ["h100-a"], "default": True}]},
+            "pools[2].slurmGpus", "no GPUs"),
+    Invalid("node-names-duplicated-across-pools", "prod", {"pools[1].nodes": "gpu-a-[030-040]"},
+            "pools[1].nodes", "already in pool h100-a"),
+    Invalid("invalid-hostlist", "dev", {"pools[0].nodes": "gpu-[001-002"}, "pools[0].nodes", "hostlist"),
+    Invalid("node-name-not-a-kubernetes-name", "dev", {"pools[0].nodes": "GPU_[1-2]"}, "pools[0].nodes"),
+    Invalid("too-many-gpus-per-node", "dev", {"pools[0].gpusPerNode": 65}, "pools[0].gpusPerNode"),
+    # taints and tolerations
+    Invalid("inference-pool-taint-not-tolerated", "dev", {"pools[0].taints": [{"key": "example.com/reserved"}]},
+            "pools[0].taints[0]", "tolerates"),
+    Invalid("partitioned-pool-carries-slurm-taint", "dev", {"pools[0].taints": [{"key": SLURM_TAINT}]},
+            "pools[0].taints[0]", "never tolerates the Slurm taint"),
+    Invalid("dedicated-pool-without-slurm-taint", "prod", {"pools[0].taints": []}, "pools[0].taints", "Slurm taint"),
+    Invalid("inference-tolerates-slurm-taint", "dev", {"inference.tolerations": [{"key": SLURM_TAINT}]},
+            "inference.tolerations[0].key"),
+    Invalid("invalid-taint-effect", "prod", {"pools[0].taints": [{"key": SLURM_TAINT, "effect": "NoRun"}]},
+            "pools[0].taints[0].effect"),
+    # controller
+    Invalid("ha-without-read-write-many", "dev", {"slurm.controller.ha": True},
+            "slurm.controller.stateStorage.accessMode", "ReadWriteMany"),
+    # names
+    Invalid("namespace-not-dns-1123", "dev", {"slurm.namespace": "Slurm_NS"}, "slurm.namespace", "DNS-1123"),
+    Invalid("namespace-longer-than-63", "dev", {"inference.namespace": "n" * 64}, "inference.namespace", "DNS-1123"),
+    Invalid("pool-name-not-dns-1123", "dev", {"pools[0].name": "GPU"}, "pools[0].name", "DNS-1123"),
+    Invalid("model-name-not-dns-1123", "dev", {"inference.models[0].name": "qwen.small"},
+            "inference.models[0].name", "DNS-1123"),
+    Invalid("cluster-name-not-dns-1123", "dev", {"slurm.clusterName": "dev_cluster"}, "slurm.clusterName", "DNS-1123"),
+    Invalid("cluster-name-ends-with-dash", "dev", {"slurm.clusterName": "dev-"}, "slurm.clusterName", "DNS-1123"),
+    # quantities
+    Invalid("quantity-4GB", "dev", {"storage.capacity": "4GB"}, "storage.capacity", "quantity"),
+    Invalid("quantity-negative", "dev", {"slurm.controller.stateStorage.size": "-1"},
+            "slurm.controller.stateStorage.size", "quantity"),
+    Invalid("quantity-abc", "dev", {"inference.models[0].resources.requests.memory": "abc"},
+            "inference.models[0].resources.requests.memory", "quantity"),
+    # images
+    Invalid("prod-image-latest", "prod", {"images.vllm": "docker.io/vllm/vllm-openai:latest"}, "images.vllm", "pinned"),
+    Invalid("prod-image-untagged", "prod", {"images.slurmd": "ghcr.io/slinkyproject/slurmd"}, "images.slurmd", "pinned"),
+    Invalid("prod-default-image-unpinned-is-still-checked", "prod", {"images.mariadb": "mariadb"},
+            "images.mariadb", "pinned"),
+    Invalid("image-reference-malformed", "dev", {"images.slurmctld": "Ghcr.io/Slurm Ctld"}, "images.slurmctld"),
+    # accounting
+    Invalid("accounting-without-database", "dev", {"slurm.accounting.database": DELETE},
+            "slurm.accounting.database", "no database"),
+    Invalid("external-database-without-settings", "prod", {"slurm.accounting.database.external": DELETE},
+            "slurm.accounting.database.external"),
+    Invalid("external-database-without-host", "prod", {"slurm.accounting.database.external.host": DELETE},
+            "slurm.accounting.database.external.host", "host"),
+    Invalid("external-database-without-password-secret", "prod",
+            {"slurm.accounting.database.external.passwordSecret": DELETE},
+            "slurm.accounting.database.external.passwordSecret", "Secret"),
+    Invalid("database-port-out-of-range", "prod", {"slurm.accounting.database.external.port": 70000},
+            "slurm.accounting.database.external.port"),
+    # storage
+    Invalid("nfs-without-server", "dev", {"storage.nfs.server": DELETE}, "storage.nfs.server", "server"),
+    Invalid("nfs-without-path", "dev", {"storage.nfs.path": DELETE}, "storage.nfs.path", "path"),
+    Invalid("nfs-without-settings", "dev", {"storage.nfs": DELETE}, "storage.nfs.server"),
+    Invalid("nfs-relative-path", "dev", {"storage.nfs.path": "export/shared"}, "storage.nfs.path", "absolute"),
+    Invalid("lustre-without-volume-handle", "prod", {"storage.lustre.volumeHandle": DELETE},
+            "storage.lustre.volumeHandle", "volumeHandle"),
+    Invalid("unknown-storage-type", "dev", {"storage.type": "ceph"}, "storage.type"),
+    # shape of the document
+    Invalid("unknown-key-with-hint", "dev", {"pools[0].gpuPerNode": 8}, "pools[0].gpuPerNode",
+            "did you mean 'gpusPerNode'?"),
+    Invalid("unknown-top-level-key-with-hint", "dev", {"inferense": {}}, "inferense", "did you mean 'inference'?"),
+    Invalid("wrong-type", "dev", {"pools[0].gpusPerNode": "eight"}, "pools[0].gpusPerNode", "integer"),
+    Invalid("wrong-type-list-for-mapping", "dev", {"storage.nfs": ["nfs.dev.internal"]}, "storage.nfs"),
+    Invalid("missing-cluster-name", "dev", {"slurm.clusterName": DELETE}, "slurm.clusterName", "required key is missing"),
+    Invalid("missing-pools", "dev", {"pools": DELETE}, "pools", "required key is missing"),
+    Invalid("unknown-environment", "dev", {"environment": "staging"}, "environment"),
+    # partitions
+    Invalid("two-default-partitions", "prod", {"slurm.partitions[1].default": True},
+            "slurm.partitions[1].default", "only one partition"),
+    Invalid("bad-max-time", "dev", {"slurm.partitions[0].maxTime": "7 days"}, "slurm.partitions[0].maxTime", "Slurm time"),
+    Invalid("bad-partition-name", "dev", {"slurm.partitions[0].name": "gpu partition"}, "slurm.partitions[0].name",
+            "partition name"),
+    Invalid("partition-without-pools", "dev", {"slurm.partitions[0].pools": []}, "slurm.partitions[0].pools"),
+    # duplicates
+    Invalid("duplicate-pool-names", "prod", {"pools[1].name": "h100-a"}, "pools[1].name", "more than once"),
+    Invalid("duplicate-partition-names", "prod", {"slurm.partitions[1].name": "train"},
+            "slurm.partitions[1].name", "more than once"),
+    Invalid("duplicate-model-names", "prod", {"inference.models[1].name": "llama-8b-instruct"},
+            "inference.models[1].name", "more than once"),
+    # inference
+    Invalid("model-gpus-exceed-what-inference-pools-leave", "dev", {"inference.models[0].gpus": 3},
+            "inference.models[0].gpus", "most: 2"),
+    Invalid("model-gpus-with-only-dedicated-pools", "prod", {"pools[2].mode": "dedicated", "pools[2].slurmGpus": 8},
+            "inference.models[0].gpus", "most: 0"),
+    Invalid("replicas-min-above-max", "dev", {"inference.models[0].replicas": {"min": 3, "max": 2}},
+            "inference.models[0].replicas.min", "exceeds replicas.max"),
+    Invalid("replicas-zero", "dev", {"inference.models[0].replicas.min": 0}, "inference.models[0].replicas.min"),
+    Invalid("relative-model-path-escapes", "dev", {"inference.models[0].path": "../secrets"}, "inference.models[0].path"),
+    Invalid("models-path-escapes-the-share", "prod", {"storage.modelsPath": "models/../.."}, "storage.modelsPath",
+            "without '.' or '..'"),
+    # resources
+    Invalid("request-above-limit", "dev", {"inference.models[0].resources.requests.cpu": "8"},
+            "inference.models[0].resources.requests.cpu", "exceeds the limit"),
+    Invalid("memory-request-above-limit", "prod", {"slurm.controller.resources.requests.memory": "64Gi"},
+            "slurm.controller.resources.requests.memory", "exceeds the limit"),
+    Invalid("slurmd-cpu-request-above-pool-cpus", "dev", {"pools[0].slurmdRequests": {"cpu": "64"}},
+            "pools[0].slurmdRequests.cpu", "cpus (32)"),
+    Invalid("slurmd-memory-request-above-pool-memory", "dev", {"pools[0].slurmdRequests": {"memory": "200Gi"}},
+            "pools[0].slurmdRequests.memory", "realMemoryMb"),
+    # namespaces and versions
+    Invalid("inference-namespace-clashes-with-slurm", "dev", {"inference.namespace": "slurm"},
+            "inference.namespace", "must differ from slurm.namespace"),
+    Invalid("submission-namespace-clashes-with-inference", "dev", {"submission.namespace": "inference"},
+            "submission.namespace", "must differ from inference.namespace"),
+    Invalid("bad-kubernetes-version", "dev", {"kubernetesVersion": "v1.34"}, "kubernetesVersion", "minor version"),
+    Invalid("kubernetes-version-with-patch", "dev", {"kubernetesVersion": "1.34.1"}, "kubernetesVersion"),
+]
+
+
+def test_invalid_case_ids_are_distinct():
+    ids = [case.id for case in INVALID]
+    assert len(ids) == len(set(ids)) and len(ids) >= 30
+
+
+@pytest.mark.parametrize("case", INVALID, ids=[case.id for case in INVALID])
+def test_invalid_config_is_rejected_naming_the_path(case: Invalid):
+    raw = raw_stack(case.stack)
+    for path, value in case.edits.items():
+        edit(raw, path, value)
+
+    error = rejection(raw)
+
+    message = str(error)
+    assert case.path in [problem.path for problem in error.problems], message
+    assert problem_line(case.path).search(message), message
+    if case.says:
+        reported = [str(problem) for problem in error.problems if problem.path == case.path]
+        assert any(case.says in line for line in reported), message
+
+
+def test_several_problems_are_all_reported_at_once(dev_raw):
+    dev_raw["pools"][0]["slurmGpus"] = 8
+    dev_raw["storage"]["nfs"]["path"] = "export/shared"
+    dev_raw["inference"]["namespace"] = "slurm"
+    dev_raw["slurm"]["controller"]["ha"] = True
+
+    error = rejection(dev_raw)
+
+    assert sorted(problem.path for problem in error.problems) == sorted([
+        "pools[0].slurmGpus",
+        "inference.models[0].gpus",  # slurmGpus 8 leaves inference no GPUs
+        "storage.nfs.path",
+        "inference.namespace",
+        "slurm.controller.stateStorage.accessMode",
+    ])
+    assert "(5 problems)" in str(error)
+    assert all(problem_line(problem.path).search(str(error)) for problem in error.problems)
+
+
+def test_several_field_errors_are_all_reported_at_once(dev_raw):
+    dev_raw["slurm"]["namespace"] = "Bad"
+    dev_raw["storage"]["capacity"] = "4GB"
+    dev_raw["kubernetesVersion"] = "latest"
+
+    error = rejection(dev_raw)
+
+    assert {problem.path for problem in error.problems} == {"slurm.namespace", "storage.capacity", "kubernetesVersion"}
+    assert "(3 problems)" in str(error)
+
+
+def test_a_bad_item_is_not_also_reported_as_an_empty_list(dev_raw):
+    dev_raw["pools"][0]["gpusPerNode"] = "eight"
+    dev_raw["slurm"]["partitions"][0]["maxTime"] = "7 days"
+    error = rejection(dev_raw)
+    assert [problem.path for problem in error.problems] == ["slurm.partitions[0].maxTime", "pools[0].gpusPerNode"]
+
+
+def test_missing_value_is_reported_as_got_nothing(dev_raw):
+    del dev_raw["slurm"]["clusterName"]
+    assert "slurm.clusterName: required key is missing (got nothing)" in str(rejection(dev_raw))
+
+
+def test_offending_value_is_quoted_in_the_message(dev_raw):
+    dev_raw["storage"]["capacity"] = "4GB"
+    assert "(got '4GB')" in str(rejection(dev_raw))
+
+
+def test_problem_prints_path_message_and_value():
+    assert str(Problem("pools[0].slurmGpus", "too many", 9)) == "pools[0].slurmGpus: too many (got 9)"
+
+
+def test_long_values_are_shortened_in_the_message():
+    line = str(Problem("pools[0].nodes", "bad", "x" * 500))
+    assert len(line) < 120 and line.endswith("...)")
+
+
+def test_config_that_is_not_a_mapping_is_rejected():
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(["not", "a", "mapping"])  # type: ignore[arg-type]
+    assert problem_line("(top level)").search(str(caught.value))
+
+
+def test_error_message_names_its_source(dev_raw):
+    dev_raw["storage"]["capacity"] = "4GB"
+    with pytest.raises(ConfigError, match=r"invalid dualsched config in Pulumi\.dev\.yaml \(1 problem\)"):
+        parse_stack_config(dev_raw, "Pulumi.dev.yaml")
+
+
+# --------------------------------------------------------------------- stack files
+
+
+def test_broken_yaml_file_is_a_config_error(tmp_path):
+    broken = tmp_path / "Pulumi.broken.yaml"
+    broken.write_text("config:\n  dualsched:slurm: {clusterName: dev\n  - nope\n")
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(broken)
+    assert "cannot read the stack file" in str(caught.value)
+    assert problem_line(str(broken)).search(str(caught.value))
+
+
+def test_missing_stack_file_is_a_config_error(tmp_path):
+    missing = tmp_path / "Pulumi.nowhere.yaml"
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(missing)
+    assert "cannot read the stack file" in str(caught.value)
+
+
+def test_stack_file_without_config_mapping_is_a_config_error(tmp_path):
+    odd = tmp_path / "Pulumi.odd.yaml"
+    odd.write_text("config: [1, 2]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(odd)
+    assert problem_line("config").search(str(caught.value))
+
+
+def test_stack_file_problems_name_the_file(tmp_path, dev_raw):
+    dev_raw["storage"]["capacity"] = "4GB"
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(json.dumps({"config": {f"dualsched:{key}": value for key, value in dev_raw.items()}}))
+    with pytest.raises(ConfigError, match=re.escape(str(path))):
+        load_stack_file(path)
+
+
+def test_keys_of_other_namespaces_are_ignored(tmp_path):
+    text = stack_file("dev").read_text() + "  kubernetes:context: kind-dev\n"
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(text)
+    assert load_stack_file(path).slurm.cluster_name == "dev"
+
+
+# ------------------------------------------------------------- Pulumi engine config
+
+
+def _engine_config(raw: dict[str, Any]) -> dict[str, str]:
+    """Config as the engine hands it to the program: objects as JSON text, scalars as text."""
+    encoded = {}
+    for key, value in raw.items():
+        if isinstance(value, (dict, list)):
+            text = json.dumps(value)
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        encoded[f"dualsched:{key}"] = text
+    return encoded
+
+
+@pytest.fixture
+def engine_config(monkeypatch):
+    """Set the runtime config the engine would pass; reset it afterwards."""
+    from pulumi.runtime import config as runtime_config
+
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+
+    def set_config(raw: dict[str, Any]) -> None:
+        runtime_config.set_all_config(_engine_config(raw))
+
+    yield set_config
+    runtime_config.set_all_config({}, [])
+
+
+def test_engine_config_loads_like_the_stack_file(engine_config, stack):
+    engine_config(raw_stack(stack))
+    assert load_pulumi_config() == load_stack_file(stack_file(stack))
+
+
+def test_engine_config_reads_scalar_text(engine_config, prod_raw):
+    prod_raw["protect"] = False
+    engine_config(prod_raw)
+    config = load_pulumi_config()
+    assert config.protect_state is False
+    assert config.kubernetes_version == "1.34"
+
+
+def test_engine_config_ignores_other_namespaces(engine_config, dev_raw):
+    from pulumi.runtime import config as runtime_config
+
+    engine_config(dev_raw)
+    runtime_config.set_config("kubernetes:context", "kind-dev")
+    assert load_pulumi_config().slurm.cluster_name == "dev"
+
+
+def test_engine_config_rejects_unknown_top_level_key(engine_config, dev_raw):
+    dev_raw["foo"] = "bar"
+    engine_config(dev_raw)
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config()
+    assert problem_line("foo").search(str(caught.value))
+    assert "unknown key" in str(caught.value)
+
+
+def test_engine_config_reports_problems_with_paths(engine_config, dev_raw):
+    dev_raw["pools"][0]["slurmGpus"] = 8
+    engine_config(dev_raw)
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config()
+    assert problem_line("pools[0].slurmGpus").search(str(caught.value))
+
+
+# ------------------------------------------------------------------ documentation
+
+
+def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    if model in seen:
+        return seen
+    seen.add(model)
+
+    def args(annotation: Any):
+        yield annotation
+        for arg in getattr(annotation, "__args__", ()):
+            yield from args(arg)
+
+    for info in model.model_fields.values():
+        for arg in args(info.annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                _models(arg, seen)
+    return seen
+
+
+CONFIG_MODELS = sorted(_models(StackConfig, set()), key=lambda model: model.__name__)
+
+
+def test_config_models_are_all_found():
+    names = {model.__name__ for model in CONFIG_MODELS}
+    assert {"StackConfig", "NodePool", "Partition", "ExternalDatabase", "Toleration", "Replicas"} <= names
+
+
+@pytest.mark.parametrize("model", CONFIG_MODELS, ids=lambda model: model.__name__)
+def test_every_config_field_is_documented(model: type[BaseModel]):
+    undocumented = [name for name, info in model.model_fields.items() if not (info.description or "").strip()]
+    assert not undocumented, f"{model.__name__} fields without a description: {undocumented}"
+
+
+def test_pool_modes_are_a_closed_set():
+    assert {mode.value for mode in PoolMode} == {"dedicated", "partitioned", "kubernetes"}

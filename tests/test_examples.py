@@ -1,0 +1,43 @@
+"""The examples in examples/ run as documented (under Pulumi mocks), so they cannot rot."""
+
+from pathlib import Path
+
+import pulumi
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from components.program import build
+from components.render import Render, RenderMocks
+from config import load_stack_file
+from examples.own_program import slurm_only
+from examples.sbatch_job import submit_training_job
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_under_mocks(program) -> Render:
+    render = Render()
+    pulumi.runtime.set_mocks(RenderMocks(render), project="dualsched", stack="example", preview=False)
+    _sync_await(run_pulumi_func(program))
+    return render
+
+
+def test_slurm_only_program_builds_slurm_without_inference():
+    config = load_stack_file(ROOT / "Pulumi.dev.yaml")
+    render = run_under_mocks(lambda: slurm_only(config))
+    kinds = render.summary()
+    assert kinds["StatefulSet"] == 1 and render.one("StatefulSet").name == "slurmctld"
+    assert kinds["DaemonSet"] == len(config.slurm_pools)
+    assert "Deployment" not in kinds and "HorizontalPodAutoscaler" not in kinds
+
+
+def test_sbatch_job_submits_through_the_submission_namespace():
+    config = load_stack_file(ROOT / "Pulumi.dev.yaml")
+    render = run_under_mocks(lambda: submit_training_job(build(config)))
+    job = render.one("Job").manifest
+    assert job["metadata"]["namespace"] == config.submission.namespace
+    pod = job["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    assert command[:2] == ["sbatch", "--wait"] and command[-1] == "/shared/jobs/train.sbatch"
+    assert {volume["name"] for volume in pod["volumes"]} >= {"slurm-config", "shared", "munge-key", "munge-socket"}
+    assert pod["initContainers"][0]["name"] == "munged"

@@ -1,0 +1,93 @@
+"""SlurmConfig: the rendered Slurm files in one ConfigMap, and their hash."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files
+from rendering import render_raw, render_stack, variant
+
+
+def _config_map(rendered):
+    return rendered.one("ConfigMap", "slurm-config")
+
+
+def _add_partition(raw):
+    raw["slurm"]["partitions"].append({"name": "debug", "pools": [raw["pools"][0]["name"]], "maxTime": "00:30:00"})
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_config_map_holds_exactly_the_three_rendered_files(stack):
+    rendered = render_stack(stack)
+    config_map = _config_map(rendered)
+    assert config_map.namespace == "slurm"
+    assert sorted(config_map.manifest["data"]) == sorted(SLURM_FILES)
+    assert config_map.manifest["data"] == rendered.slurm_files
+    assert rendered.slurm_files == render_slurm_files(rendered.config, kubernetes_site(rendered.config))
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_hash_output_is_the_digest_of_the_files(stack):
+    rendered = render_stack(stack)
+    outputs = rendered.outputs_of("dualsched:slurm_config:SlurmConfig")
+    assert outputs["hash"] == config_hash(rendered.slurm_files) == rendered.render.outputs["slurm_conf_hash"]
+    assert outputs["config_map_name"] == _config_map(rendered).name
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_slurm_conf_is_configless_and_accounts_gpus(stack):
+    conf = render_stack(stack).slurm_files["slurm.conf"]
+    assert "SlurmctldParameters=enable_configless" in conf.splitlines()
+    assert re.search(r"^AccountingStorageTRES=.*\bgres/gpu\b", conf, re.M)
+    assert "AccountingStorageHost=slurmdbd.slurm.svc.cluster.local" in conf.splitlines()
+
+
+def test_controller_hosts_are_the_statefulset_dns_names():
+    dev = render_stack("dev").slurm_files["slurm.conf"]
+    prod = render_stack("prod").slurm_files["slurm.conf"]
+    assert re.findall(r"^SlurmctldHost=.*$", dev, re.M) == ["SlurmctldHost=slurmctld-0(slurmctld-0.slurmctld.slurm.svc.cluster.local)"]
+    assert re.findall(r"^SlurmctldHost=.*$", prod, re.M) == [
+        "SlurmctldHost=slurmctld-0(slurmctld-0.slurmctld.slurm.svc.cluster.local)",
+        "SlurmctldHost=slurmctld-1(slurmctld-1.slurmctld.slurm.svc.cluster.local)",
+    ]
+
+
+def test_node_lines_grow_with_pools_not_nodes():
+    rendered = render_stack("prod")
+    conf = rendered.slurm_files["slurm.conf"]
+    node_lines = re.findall(r"^NodeName=(\S+) .*Gres=(\S+)", conf, re.M)
+    assert node_lines == [("gpu-a-[001-032]", "gpu:h100:8"), ("gpu-b-[001-032]", "gpu:h100:8"), ("gpu-s-[001-016]", "gpu:h100:4")]
+    assert sum(len(pool.node_names) for pool in rendered.config.pools) == 80
+
+
+def test_kubernetes_only_pools_have_no_node_line():
+    def add_pool(raw):
+        raw["pools"].append({"name": "serve", "nodes": "inf-[01-04]", "mode": "kubernetes"})
+
+    conf = render_raw(variant("dev", add_pool)).slurm_files["slurm.conf"]
+    assert "inf-" not in conf
+
+
+def test_the_files_hold_no_secret():
+    rendered = render_stack("dev")
+    text = "".join(_config_map(rendered).manifest["data"].values())
+    assert not any(secret in text for secret in rendered.generated_secrets)
+    assert "StoragePass" not in text
+
+
+def test_adding_a_partition_changes_the_hash_and_the_config_map():
+    before, after = render_stack("dev"), render_raw(variant("dev", _add_partition))
+    assert "PartitionName=debug" in after.slurm_files["slurm.conf"]
+    assert after.outputs_of("dualsched:slurm_config:SlurmConfig")["hash"] != before.outputs_of(
+        "dualsched:slurm_config:SlurmConfig"
+    )["hash"]
+    assert _config_map(after).manifest["data"] != _config_map(before).manifest["data"]
+
+
+def test_a_change_outside_slurm_leaves_the_hash_alone():
+    def bigger_model(raw):
+        raw["inference"]["models"][0]["replicas"]["max"] = 5
+
+    assert render_raw(variant("dev", bigger_model)).render.outputs == render_stack("dev").render.outputs

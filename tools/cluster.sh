@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# Local Kubernetes control plane for dualsched: etcd + kube-apiserver + kube-controller-manager
+# + kube-scheduler + KWOK (fake nodes), all on 127.0.0.1, built by tools/build-tools.sh.
+#
+# Usage:
+#   tools/cluster.sh up [NODES_FILE]   start (idempotent) and wait until healthy and nodes Ready
+#                                      NODES_FILE default: tools/kwok/dev-nodes.yaml
+#   tools/cluster.sh down              stop all processes (pid files) and remove the state dir
+#   tools/cluster.sh status            show process / API / node status (exit 1 if not running)
+#   tools/cluster.sh env               print `export KUBECONFIG=...` for eval
+#
+# State: ${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}  (kubeconfig, pki, logs, pids, etcd data)
+# Ports (env): DUALSCHED_APISERVER_PORT (6443), DUALSCHED_ETCD_PORT (23790, peer = +1),
+#              DUALSCHED_KCM_PORT (10257), DUALSCHED_SCHEDULER_PORT (10259)
+# Binaries: ${DUALSCHED_TOOLS_CACHE:-$HOME/.cache/dualsched-tools}/<tool>-<version>/bin (tools/versions.env)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
+TOOLS_CACHE="${DUALSCHED_TOOLS_CACHE:-$HOME/.cache/dualsched-tools}"
+DIR="${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}"
+API_PORT="${DUALSCHED_APISERVER_PORT:-6443}"
+ETCD_PORT="${DUALSCHED_ETCD_PORT:-23790}"
+ETCD_PEER_PORT=$((ETCD_PORT + 1))
+KCM_PORT="${DUALSCHED_KCM_PORT:-10257}"
+SCHED_PORT="${DUALSCHED_SCHEDULER_PORT:-10259}"
+SERVICE_CIDR="10.96.0.0/16"
+KUBECONFIG_FILE="$DIR/kubeconfig"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+log() { echo "[cluster] $*"; }
+die() { echo "[cluster] ERROR: $*" >&2; exit 1; }
+
+bin_of() {
+  local t=$1 v
+  case "$t" in
+    etcd) v=$ETCD_VERSION ;;
+    kwok) v=$KWOK_VERSION ;;
+    kube-*|kubectl) v=$KUBERNETES_VERSION ;;
+  esac
+  local b="$TOOLS_CACHE/$t-$v/bin/$t"
+  if [ -x "$b" ]; then echo "$b"; return; fi
+  if [ "$t" = kubectl ] && command -v kubectl >/dev/null; then command -v kubectl; return; fi
+  die "$t $v not built: run tools/build-tools.sh"
+}
+
+kc() { "$(bin_of kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+pid_alive() { local f="$DIR/pids/$1.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
+
+api_healthy() {
+  [ -f "$DIR/pki/admin.crt" ] || return 1
+  curl -fsS --max-time 3 --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
+}
+
+wait_for() { # wait_for SECONDS DESCRIPTION CMD...
+  local secs=$1 what=$2; shift 2
+  local end=$(( $(date +%s) + secs ))
+  until "$@"; do
+    if [ "$(date +%s)" -ge "$end" ]; then die "timed out after ${secs}s waiting for $what (logs: $DIR/logs)"; fi
+    sleep 1
+  done
+}
+
+start_proc() { # start_proc NAME CMD...
+  local name=$1; shift
+  if pid_alive "$name"; then log "$name already running (pid $(cat "$DIR/pids/$name.pid"))"; return; fi
+  log "starting $name"
+  setsid nohup "$@" >"$DIR/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$DIR/pids/$name.pid"
+}
+
+# ------------------------------------------------------------------ PKI
+gen_pki() {
+  local p="$DIR/pki"
+  [ -f "$p/.done" ] && return
+  mkdir -p "$p"; chmod 700 "$p"
+  log "generating certificates in $p"
+  (
+    cd "$p"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj "/CN=dualsched-local-ca" 2>/dev/null
+    # kube-apiserver serving cert
+    cat >apiserver.ext <<EOF
+basicConstraints=CA:FALSE
+keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EOF
+    client_ext='basicConstraints=CA:FALSE
+keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth'
+    echo "$client_ext" >client.ext
+    sign() { # sign NAME SUBJECT EXTFILE
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 \
+        -extfile "$3" 2>/dev/null
+      rm -f "$1.csr"
+    }
+    sign apiserver "/CN=kube-apiserver" apiserver.ext
+    sign admin "/O=system:masters/CN=dualsched-admin" client.ext
+    sign controller-manager "/CN=system:kube-controller-manager" client.ext
+    sign scheduler "/CN=system:kube-scheduler" client.ext
+    sign kwok "/O=system:masters/CN=kwok-controller" client.ext
+    # service-account token signing key pair
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    chmod 600 ./*.key
+    touch .done
+  )
+}
+
+write_kubeconfig() { # write_kubeconfig FILE CERTNAME USER
+  local f=$1 c=$2 u=$3 p="$DIR/pki"
+  cat >"$f" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: dualsched-local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 "$p/ca.crt")
+users:
+- name: $u
+  user:
+    client-certificate-data: $(base64 -w0 "$p/$c.crt")
+    client-key-data: $(base64 -w0 "$p/$c.key")
+contexts:
+- name: dualsched-local
+  context: {cluster: dualsched-local, user: $u}
+current-context: dualsched-local
+EOF
+  chmod 600 "$f"
+}
+
+# ------------------------------------------------------------------ nodes
+render_nodes() { # render_nodes NODES_FILE -> Node manifests (JSON List) on stdout
+  python3 - "$1" <<'PY'
+import json, sys
+path = sys.argv[1]
+text = open(path).read()
+try:
+    import yaml
+    doc = yaml.safe_load(text)
+except ImportError:
+    doc = json.loads(text)
+defaults = (doc or {}).get("defaults") or {}
+items = []
+for n in (doc or {}).get("nodes") or []:
+    name = n["name"]
+    cap = dict(defaults.get("capacity") or {})
+    cap.update({k: str(v) for k, v in (n.get("capacity") or {}).items()})
+    cap = {k: str(v) for k, v in cap.items()}
+    alloc = dict(cap)
+    alloc.update({k: str(v) for k, v in (n.get("allocatable") or {}).items()})
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "type": "kwok"}
+    labels.update({k: ("" if v is None else str(v)) for k, v in (n.get("labels") or {}).items()})
+    ann = {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}
+    ann.update({k: str(v) for k, v in (n.get("annotations") or {}).items()})
+    items.append({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": ann},
+        "spec": {},
+        "status": {"capacity": cap, "allocatable": alloc, "phase": "Running",
+                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
+                                "kubeletVersion": "fake", "kubeProxyVersion": "fake",
+                                "containerRuntimeVersion": "kwok", "kernelVersion": "kwok",
+                                "osImage": "kwok", "bootID": "", "machineID": "", "systemUUID": ""}},
+    })
+if not items:
+    sys.exit("no nodes in " + path)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+PY
+}
+
+create_nodes() { # create missing nodes (existing ones are left alone: Pulumi patches labels/taints)
+  local file=$1 have missing
+  render_nodes "$file" >"$DIR/nodes.json" || die "cannot parse nodes file $file"
+  python3 -c 'import json,sys; print(" ".join(i["metadata"]["name"] for i in json.load(open(sys.argv[1]))["items"]))' \
+    "$DIR/nodes.json" >"$DIR/nodes.txt"
+  have=$(kc get nodes -o name 2>/dev/null | sed 's#node/##' | tr '\n' ' ')
+  missing=$(python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1])); have = set(sys.argv[2].split())
+doc["items"] = [i for i in doc["items"] if i["metadata"]["name"] not in have]
+print(json.dumps(doc) if doc["items"] else "")' "$DIR/nodes.json" "$have")
+  if [ -n "$missing" ]; then
+    log "creating nodes from $file"
+    kc create -f - <<<"$missing" >/dev/null
+  fi
+}
+
+nodes_ready() {
+  local n ok=0 total=0
+  for n in $(cat "$DIR/nodes.txt"); do
+    total=$((total + 1))
+    [ "$(kc get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] && ok=$((ok + 1))
+  done
+  [ "$total" -gt 0 ] && [ "$ok" -eq "$total" ]
+}
+
+# ------------------------------------------------------------------ commands
+cmd_up() {
+  local nodes_file="${1:-$HERE/kwok/dev-nodes.yaml}"
+  [ -f "$nodes_file" ] || die "nodes file not found: $nodes_file"
+  local t0; t0=$(date +%s)
+  local all=1 c
+  for c in "${COMPONENTS[@]}"; do pid_alive "$c" || all=0; done
+  if [ $all = 1 ] && api_healthy; then
+    log "cluster already running in $DIR"
+  fi
+  mkdir -p "$DIR"/{logs,pids,etcd}
+  gen_pki
+  local p="$DIR/pki"
+  write_kubeconfig "$KUBECONFIG_FILE" admin dualsched-admin
+  write_kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager system:kube-controller-manager
+  write_kubeconfig "$DIR/scheduler.kubeconfig" scheduler system:kube-scheduler
+  write_kubeconfig "$DIR/kwok.kubeconfig" kwok kwok-controller
+
+  start_proc etcd "$(bin_of etcd)" --name dualsched --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "dualsched=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
+    --unsafe-no-fsync --log-level warn
+  wait_for 60 "etcd" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null
+
+  start_proc kube-apiserver "$(bin_of kube-apiserver)" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
+    --client-ca-file "$p/ca.crt" \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --api-audiences https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --authorization-mode RBAC \
+    --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,PodSecurity,Priority,ResourceQuota,StorageObjectInUseProtection,PersistentVolumeClaimResize,RuntimeClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
+    --allow-privileged=true \
+    --profiling=false --v 1
+  wait_for 120 "kube-apiserver /readyz" api_healthy
+
+  start_proc kube-controller-manager "$(bin_of kube-controller-manager)" \
+    --kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
+    --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR" \
+    --controllers '*' --leader-elect=false --profiling=false --v 1
+  start_proc kube-scheduler "$(bin_of kube-scheduler)" \
+    --kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" \
+    --leader-elect=false --profiling=false --v 1
+  start_proc kwok "$(bin_of kwok)" \
+    --kubeconfig "$DIR/kwok.kubeconfig" \
+    --config "$HERE/kwok/stages.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip 10.0.0.1 --cidr 10.244.0.1/16
+
+  create_nodes "$nodes_file"
+  wait_for 120 "nodes Ready ($(cat "$DIR/nodes.txt"))" nodes_ready
+  wait_for 120 "default service account" kc get serviceaccount default -n default -o name
+  for c in "${COMPONENTS[@]}"; do pid_alive "$c" || die "$c exited; see $DIR/logs/$c.log"; done
+  log "up in $(( $(date +%s) - t0 ))s: https://127.0.0.1:$API_PORT, nodes Ready: $(cat "$DIR/nodes.txt")"
+  log "export KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+cmd_down() {
+  local c pid
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    c=${COMPONENTS[$i]}
+    [ -f "$DIR/pids/$c.pid" ] || continue
+    pid=$(cat "$DIR/pids/$c.pid")
+    if kill -0 "$pid" 2>/dev/null; then
+      log "stopping $c (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$DIR/pids/$c.pid"
+  done
+  if [ -d "$DIR" ]; then log "removing $DIR"; rm -rf "$DIR"; fi
+  log "down"
+}
+
+cmd_status() {
+  local c rc=0
+  for c in "${COMPONENTS[@]}"; do
+    if pid_alive "$c"; then log "$c: running (pid $(cat "$DIR/pids/$c.pid"))"; else log "$c: not running"; rc=1; fi
+  done
+  if api_healthy; then
+    log "kube-apiserver: healthy at https://127.0.0.1:$API_PORT (KUBECONFIG=$KUBECONFIG_FILE)"
+    kc get nodes -L dualsched.io/pool 2>/dev/null | sed 's/^/[cluster]   /'
+  else
+    log "kube-apiserver: not healthy"; rc=1
+  fi
+  return $rc
+}
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG_FILE" ;;
+  *) echo "usage: $0 up [NODES_FILE] | down | status | env" >&2; exit 2 ;;
+esac
