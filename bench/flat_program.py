@@ -123,13 +123,14 @@ def build(config: StackConfig, slurm_files: dict[str, str], slurmdbd_conf: str) 
             opts=kept).metadata.name
 
     # Node labels and taints: one NodePatch per node
-    patches = []
+    patches: dict[str, list] = {}
     for pool in config.pools:
+        patches[pool.name] = []
         node_labels = {"dualsched.io/pool": pool.name, "dualsched.io/mode": pool.mode.value,
                        "dualsched.io/slurm-gpus": str(pool.slurm_gpu_count)}
         taints = [core.TaintPatchArgs(key=t.key, value=t.value, effect=t.effect.value) for t in config.pool_taints(pool)]
         for node in pool.node_names:
-            patches.append(core.NodePatch(
+            patches[pool.name].append(core.NodePatch(
                 f"{pool.name}-{node}",
                 metadata=meta.ObjectMetaPatchArgs(name=node, labels=node_labels,
                                                   annotations={"pulumi.com/patchFieldManager": "dualsched"}),
@@ -240,10 +241,11 @@ def build(config: StackConfig, slurm_files: dict[str, str], slurmdbd_conf: str) 
                          core.VolumeArgs(name="shared", persistent_volume_claim=core.PersistentVolumeClaimVolumeSourceArgs(
                              claim_name=claims["slurm"])),
                          *_munge_volumes(munge_slurm.metadata.name)]))),
-            opts=pulumi.ResourceOptions(depends_on=patches))
+            opts=pulumi.ResourceOptions(depends_on=patches[pool.name]))
 
     # Inference: Deployment, Service, HPA and PDB per model
     eligible = [pool.name for pool in config.inference_pools]
+    eligible_patches = [patch for name in eligible for patch in patches[name]]
     for model in config.inference.models:
         pod = {**lbl, "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": model.name}
         deployment = apps.Deployment(model.name, metadata=meta.ObjectMetaArgs(namespace=inference, labels=pod), spec=apps.DeploymentSpecArgs(
@@ -277,7 +279,7 @@ def build(config: StackConfig, slurm_files: dict[str, str], slurmdbd_conf: str) 
                              claim_name=claims["inference"], read_only=True)),
                          core.VolumeArgs(name="tmp", empty_dir=core.EmptyDirVolumeSourceArgs()),
                          core.VolumeArgs(name="shm", empty_dir=core.EmptyDirVolumeSourceArgs(medium="Memory"))]))),
-            opts=pulumi.ResourceOptions(depends_on=patches, ignore_changes=["spec.replicas"]))
+            opts=pulumi.ResourceOptions(depends_on=eligible_patches, ignore_changes=["spec.replicas"]))
         core.Service(model.name, metadata=meta.ObjectMetaArgs(name=model.name, namespace=inference, labels=pod), spec=core.ServiceSpecArgs(
             selector=pod, ports=[core.ServicePortArgs(name="http", port=80, target_port=8000)]))
         k8s.autoscaling.v2.HorizontalPodAutoscaler(model.name, metadata=meta.ObjectMetaArgs(namespace=inference, labels=pod),

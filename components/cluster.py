@@ -7,7 +7,7 @@ from typing import Optional
 import pulumi
 
 from components.accounting import Accounting, AccountingArgs
-from components.common import child, stateful
+from components.common import child
 from components.compute import ComputePool, ComputePoolArgs
 from components.controller import SlurmController, SlurmControllerArgs
 from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
@@ -37,9 +37,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         serving = config.inference.enabled and bool(config.inference.models)
 
         namespaces = {
-            SLURM: SlurmNamespace(
-                f"{name}-slurm", SlurmNamespaceArgs(config.slurm), opts=stateful(self, protect) if protect else child(self)
-            ).name
+            SLURM: SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config.slurm, protect), opts=child(self)).name
         }
         if serving:
             namespaces[INFERENCE] = InferenceNamespace(f"{name}-inference", config.inference, opts=child(self)).name
@@ -61,7 +59,12 @@ class DualScheduledCluster(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
-        node_pools = [GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self)) for pool in config.pools]
+        node_pools = {
+            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self)) for pool in config.pools
+        }
+        # Workloads wait for the labels of the nodes they can land on, and only those:
+        # each dependency on a pool fans out to one per node.
+        inference_node_pools = [node_pools[pool.name] for pool in config.inference_pools]
 
         controller = SlurmController(
             f"{name}-slurmctld",
@@ -79,7 +82,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 f"{name}-slurmd-{pool.name}",
                 ComputePoolArgs(config, pool, site, namespaces[SLURM], munge.secret_names[SLURM], storage.claim_names[SLURM]),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
-                opts=child(self, depends_on=node_pools),
+                opts=child(self, depends_on=[node_pools[pool.name]]),
             )
 
         endpoints = {}
@@ -88,7 +91,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 server = ModelServer(
                     f"{name}-{model.name}",
                     ModelServerArgs(config, model, namespaces[INFERENCE], storage.claim_names[INFERENCE]),
-                    opts=child(self, depends_on=node_pools),
+                    opts=child(self, depends_on=inference_node_pools),
                 )
                 endpoints[model.name] = server.endpoint
         if config.submission.enabled:

@@ -7,7 +7,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, labels, meta, resource_list
+from components.common import child, labels, meta, resource_list, stateful
 from config.models import DatabaseMode, Slurm
 
 SLURMCTLD_PORT = 6817
@@ -36,8 +36,10 @@ def _ports(*numbers: int, protocol: str = "TCP") -> list[k8s.networking.v1.Netwo
 
 
 class SlurmNamespaceArgs:
-    def __init__(self, slurm: Slurm):
+    def __init__(self, slurm: Slurm, protect: bool = False):
+        """``protect``: deleting the namespace would delete its claims, so prod protects and keeps it."""
         self.slurm = slurm
+        self.protect = protect
 
 
 class SlurmNamespace(pulumi.ComponentResource):
@@ -58,7 +60,7 @@ class SlurmNamespace(pulumi.ComponentResource):
                 name=slurm.namespace,
                 labels={**labels("slurm", slurm.cluster_name), **pod_security_labels("privileged", "baseline")},
             ),
-            opts=child(self),
+            opts=stateful(self, protect=True) if args.protect else child(self),
         )
         self.name = namespace.metadata.name
         for policy_name, spec in self._policies(slurm).items():

@@ -1,6 +1,7 @@
 """The config reference, generated from the models so it cannot drift from them.
 
-    python -m config.reference          # prints the Markdown table used in README.md
+    python -m config.reference            # prints the Markdown table
+    python -m config.reference README.md  # rewrites the table between the README's markers
 
 Each row is one key as written in a stack file (``dualsched:<key>`` at the top
 level, then the ``--path`` below it), its type, its default and its description.
@@ -9,8 +10,10 @@ level, then the ``--path`` below it), its type, its default and its description.
 from __future__ import annotations
 
 import enum
+import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Iterator
 
 from pydantic import BaseModel
@@ -85,5 +88,14 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+def update(path: Path) -> None:
+    text = path.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    path.write_text(f"{text[:start]}\n{markdown()}\n{text[end:]}")
+
+
 if __name__ == "__main__":
-    print(markdown())
+    if len(sys.argv) > 1:
+        update(Path(sys.argv[1]))
+    else:
+        print(markdown())

@@ -41,22 +41,19 @@ else
 fi
 
 # Whatever the packages started (systemd or SysV init), stop it and keep it from
-# starting at boot: the tests' daemons use their own ports, but munged would hold
-# the default socket and mariadb the default port.
+# starting at boot: the tests run their own munged on the default munge socket, and
+# their own MariaDB and Slurm daemons on private ports and directories.
 for service in "${SERVICES[@]}"; do
-    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        systemctl disable --now "$service" >/dev/null 2>&1 || true
-    elif [ -x "/etc/init.d/$service" ]; then
+    if command -v systemctl >/dev/null 2>&1; then
+        systemctl disable "$service" >/dev/null 2>&1 || true  # works without a running systemd too
+        if [ -d /run/systemd/system ]; then
+            systemctl stop "$service" >/dev/null 2>&1 || true
+        fi
+    fi
+    if [ ! -d /run/systemd/system ] && [ -x "/etc/init.d/$service" ]; then
         "/etc/init.d/$service" stop >/dev/null 2>&1 || true
         update-rc.d "$service" disable >/dev/null 2>&1 || true
     fi
-done
-for daemon in slurmctld slurmd slurmdbd munged mariadbd mysqld; do
-    for pidfile in /run/slurm/$daemon.pid /run/munge/$daemon.pid /run/mysqld/$daemon.pid; do
-        if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-            kill "$(cat "$pidfile")" || true
-        fi
-    done
 done
 
 for tool in slurmctld slurmd slurmdbd sinfo sbatch sacct sacctmgr scontrol munged mariadbd mariadb-install-db; do

@@ -13,6 +13,8 @@ told but the manifests do not show:
 
 They are recorded by a MockMonitor subclass that :func:`components.render.render_config`
 is handed through ``pulumi.runtime.set_mocks`` (its ``monitor`` parameter).
+``render_with_registrations(config, program=...)`` swaps in another program
+(e.g. one that adds a Job or passes providers) for one render.
 Pulumi's mock state is process-global, so each config is rendered fresh and
 then cached; never hold two renders open at once.
 """

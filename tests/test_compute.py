@@ -29,6 +29,9 @@ def test_one_daemonset_per_slurm_pool(stack):
     rendered = render_stack(stack)
     assert sorted(_daemonsets(rendered)) == sorted(pool.name for pool in rendered.config.slurm_pools)
     assert {d.namespace for d in rendered.by_kind("DaemonSet")} == {"slurm"}
+
+
+def test_prod_runs_slurmd_on_all_three_pools():
     assert sorted(_daemonsets(render_stack("prod"))) == ["h100-a", "h100-b", "h100-shared"]
 
 

@@ -20,4 +20,4 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_config_reference_matches_the_models():
     section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert section == markdown(), "README reference is stale: run `python -m config.reference` and paste it"
+    assert section == markdown(), "README reference is stale: run `python -m config.reference README.md`"

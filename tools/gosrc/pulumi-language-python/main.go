@@ -53,9 +53,10 @@ func main() {
 	_ = flag.String("root", "", "Project root path")
 	_ = flag.String("typechecker", "", "Type checker (ignored)")
 	_ = flag.String("toolchain", "", "Package manager (pip|uv|poetry)")
-	_ = flag.String("logflow", "", "ignored")
-	_ = flag.Bool("logtostderr", false, "ignored")
-	_ = flag.Int("v", 0, "ignored")
+	// (-v, -logtostderr, ... are registered by glog via the sdk imports)
+	if flag.Lookup("logflow") == nil {
+		_ = flag.Bool("logflow", false, "ignored")
+	}
 	flag.Parse()
 
 	h := &host{tracing: *tracing}

@@ -1,0 +1,758 @@
+"""Change report: what a change does to Slurm and serving, as Markdown for a pull request.
+
+    python -m components.report --base build/base --head build/head [--out report.md]
+    python -m components.report --preview preview.json [--out report.md]
+
+Input is either two offline renders (``python -m components.render``) or the
+output of ``pulumi preview --json``. Each changed object is classified by its
+impact on the running cluster (see :class:`Impact`): config reload, slurmctld
+restart, slurmd pool roll (with the GPU nodes to drain), slurmdbd restart,
+inference rollout, storage replace/delete (DATA RISK), node label/taint change.
+
+Secrets never reach the report: renders are already redacted; from a preview,
+Secret data/stringData and every secret envelope are replaced on load by opaque
+tokens (so a changed secret still shows as changed), and as a last guard every
+such value is scrubbed from the final text. The pull-request workflow prefixes
+the comment with :data:`MARKER` to find and edit it on later pushes.
+
+Between two renders, whether an update is a replace follows pulumi-kubernetes'
+rules (its force-new fields, with ConfigMaps and Secrets immutable by default).
+Auto-named objects keep their name across renders (the render derives the
+suffix from the Pulumi name), where the real engine would give a replacement a
+new suffix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import difflib
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+import hostlist
+import yaml
+
+MARKER = "<!-- dualsched-report -->"
+REDACTED = "[redacted]"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+NAME_LABEL = "app.kubernetes.io/name"
+HASH_ANNOTATION = "dualsched.io/slurm-config-hash"
+GPU = "nvidia.com/gpu"
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+OPS = ("create", "update", "replace", "delete")
+INFERENCE_SERVERS = ("vllm", "triton")
+MISSING = object()
+# Shorter remembered values are not scrubbed from the text (they would mangle ordinary words);
+# they are still never shown, since every secret position is replaced by a token on load.
+MIN_SCRUB = 6
+
+
+# ------------------------------------------------------------------------------ model
+
+
+class Impact(Enum):
+    """Impact classes, most severe first."""
+
+    DATA_RISK = "Storage replace or delete — DATA RISK"
+    SLURMD_ROLL = "slurmd pool roll"
+    SLURMCTLD_RESTART = "slurmctld restart"
+    SLURMDBD_RESTART = "slurmdbd restart"
+    INFERENCE_ROLLOUT = "Inference rollout"
+    NODE_CHANGE = "Node label/taint change"
+    CONFIG_RELOAD = "Config reload (`scontrol reconfigure`)"
+    OTHER = "No pod restart"
+
+    @property
+    def icon(self) -> str:
+        return {Impact.DATA_RISK: "🛑", Impact.SLURMD_ROLL: "🔥", Impact.OTHER: "·"}.get(self, "⚠️")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One changed leaf (or list) between two manifests."""
+
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class Change:
+    """One object that the change creates, updates, replaces or deletes."""
+
+    op: str
+    kind: str
+    namespace: Optional[str]
+    name: str
+    old: Optional[dict]
+    new: Optional[dict]
+    deltas: list[Delta] = field(default_factory=list)
+    protected: bool = False
+
+    @property
+    def manifest(self) -> dict:
+        return self.new if self.new is not None else (self.old or {})
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+    @property
+    def paths(self) -> list[str]:
+        return [delta.path for delta in self.deltas]
+
+    def changed(self, prefix: str) -> bool:
+        return any(_under(path, prefix) for path in self.paths)
+
+
+@dataclass
+class Plan:
+    """Every change, plus the cluster context needed to judge them."""
+
+    source: str
+    changes: list[Change]
+    nodes_before: dict[str, dict] = field(default_factory=dict)
+    nodes_after: dict[str, dict] = field(default_factory=dict)
+    files_before: dict[str, str] = field(default_factory=dict)
+    files_after: dict[str, str] = field(default_factory=dict)
+    redactor: Redactor = field(default_factory=lambda: Redactor())
+
+
+@dataclass
+class Finding:
+    impact: Impact
+    change: Change
+    summary: str
+    details: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- diffing
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+
+
+def _item_key(item: Any) -> Optional[str]:
+    if isinstance(item, Mapping):
+        for key in ("name", "mountPath", "key"):
+            if isinstance(item.get(key), str):
+                return item[key]
+    return None
+
+
+def diff(old: Any, new: Any, path: str = "") -> list[Delta]:
+    """Leaf-level differences; list items are matched by name (containers[slurmd]) where they have one."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        deltas = []
+        for key in list(old) + [k for k in new if k not in old]:
+            sub = f"{path}.{key}" if path else str(key)
+            deltas += diff(old.get(key, MISSING), new.get(key, MISSING), sub)
+        return deltas
+    if isinstance(old, list) and isinstance(new, list) and old != new:
+        old_keys, new_keys = [_item_key(i) for i in old], [_item_key(i) for i in new]
+        if None not in old_keys + new_keys and len(set(old_keys)) == len(old) and len(set(new_keys)) == len(new):
+            by_old, by_new = dict(zip(old_keys, old)), dict(zip(new_keys, new))
+            deltas = []
+            for key in old_keys + [k for k in new_keys if k not in by_old]:
+                deltas += diff(by_old.get(key, MISSING), by_new.get(key, MISSING), f"{path}[{key}]")
+            return deltas
+        if len(old) == len(new) and all(isinstance(i, (Mapping, list)) for i in old + new):
+            return [d for index, (a, b) in enumerate(zip(old, new)) for d in diff(a, b, f"{path}[{index}]")]
+    return [] if old == new else [Delta(path, old, new)]
+
+
+# pulumi-kubernetes force-new fields (provider/pkg/provider/diff.go), the subset our kinds use.
+# ConfigMap and Secret data are replaced too: the provider treats them as immutable by default.
+_PV_SOURCES = ("csi", "nfs", "hostPath", "local", "iscsi", "cephfs", "rbd", "fc", "glusterfs", "azureFile", "azureDisk")
+FORCE_NEW: dict[str, tuple[str, ...]] = {
+    "ConfigMap": ("data", "binaryData"),
+    "Secret": ("type", "data", "stringData"),
+    "PersistentVolume": tuple(f"spec.{source}" for source in _PV_SOURCES),
+    "PersistentVolumeClaim": ("spec.accessModes", "spec.selector", "spec.storageClassName", "spec.volumeName"),
+    "Deployment": ("spec.selector",),
+    "DaemonSet": ("spec.selector",),
+    "StatefulSet": (
+        "spec.podManagementPolicy",
+        "spec.revisionHistoryLimit",
+        "spec.selector",
+        "spec.serviceName",
+        "spec.volumeClaimTemplates",
+    ),
+    "Job": ("spec.completions", "spec.parallelism", "spec.selector", "spec.template"),
+    "Service": ("spec.clusterIP",),
+    "ResourceQuota": ("spec.scopes",),
+    "StorageClass": ("parameters", "provisioner"),
+}
+
+
+def replace_paths(kind: str, deltas: Iterable[Delta]) -> list[str]:
+    prefixes = ("metadata.name", "metadata.namespace") + FORCE_NEW.get(kind, ())
+    return [d.path for d in deltas if any(_under(d.path, p) for p in prefixes)]
+
+
+# ------------------------------------------------------------------------- redaction
+
+
+class Redactor:
+    """Replaces secret values by opaque tokens and remembers them, so none reaches the report.
+
+    The same value always gets the same token (``[secret 1]``), so a changed secret still
+    shows up as a changed field; its value never does. :meth:`scrub` is the last guard
+    over the final text: every remembered value, and its base64 and decoded forms.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {}
+        self.values: set[str] = set()
+
+    def token(self, value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        self.remember(text)
+        return self.tokens.setdefault(text, f"[secret {len(self.tokens) + 1}]")
+
+    def remember(self, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for item in value.values():
+                self.remember(item)
+        elif isinstance(value, list):
+            for item in value:
+                self.remember(item)
+        elif isinstance(value, str) and len(value) >= MIN_SCRUB and value != REDACTED and not value.startswith("<redacted"):
+            if value in self.values:
+                return
+            self.values.add(value)
+            self.values.add(base64.b64encode(value.encode()).decode())
+            try:  # an envelope's "plaintext" is JSON text
+                decoded = json.loads(value)
+                self.remember(decoded)
+            except ValueError:
+                pass
+            try:
+                decoded = base64.b64decode(value, validate=True).decode()
+                if len(decoded) >= MIN_SCRUB:
+                    self.values.add(decoded)
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                pass
+
+    def value(self, value: Any) -> Any:
+        """``value`` with every secret envelope replaced by its token."""
+        if isinstance(value, Mapping):
+            if SECRET_SIG in value:
+                return self.token({k: v for k, v in value.items() if k != SECRET_SIG})
+            return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        return value
+
+    def manifest(self, manifest: Optional[Mapping[str, Any]]) -> Optional[dict]:
+        """A manifest safe to show: envelopes and Secret values tokenised, last-applied annotation dropped."""
+        if manifest is None:
+            return None
+        clean = self.value(dict(manifest))
+        annotations = (clean.get("metadata") or {}).get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            if clean.get("kind") == "Secret":
+                self.remember(annotations[LAST_APPLIED])
+            clean["metadata"] = {**clean["metadata"], "annotations": {k: v for k, v in annotations.items() if k != LAST_APPLIED}}
+        if clean.get("kind") == "Secret":
+            for key in ("data", "stringData"):
+                if isinstance(clean.get(key), Mapping):
+                    clean[key] = {name: self.token(item) if item != REDACTED else item for name, item in clean[key].items()}
+        return clean
+
+    def scrub(self, text: str) -> str:
+        for secret in sorted(self.values, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _identity(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
+    metadata = manifest.get("metadata") or {}
+    return manifest.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")
+
+
+def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict[str, str]]:
+    """The objects (by kind, namespace, name) and Slurm files of one render directory."""
+    objects = {}
+    for path in sorted(directory.rglob("*.yaml")):
+        if "slurm-files" in path.relative_to(directory).parts:
+            continue
+        manifest = yaml.safe_load(path.read_text())
+        if isinstance(manifest, dict) and manifest.get("kind"):
+            objects[_identity(manifest)] = manifest
+    files = {name: (directory / "slurm-files" / name).read_text() for name in SLURM_FILES if (directory / "slurm-files" / name).is_file()}
+    if not files:
+        files = _files_from_configmaps(objects.values())
+    return objects, files
+
+
+def _files_from_configmaps(manifests: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    for manifest in manifests:
+        if manifest and is_slurm_config(manifest):
+            return {name: text for name, text in (manifest.get("data") or {}).items() if isinstance(text, str)}
+    return {}
+
+
+def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
+    return {(m.get("metadata") or {}).get("name", ""): dict(m) for m in objects if m and m.get("kind") == "Node"}
+
+
+def _change(op: str, old: Optional[dict], new: Optional[dict], name: str = "", protected: bool = False) -> Change:
+    """A change between two (already redacted) manifests; an update of a force-new field is a replace."""
+    kind, namespace, object_name = _identity(new if new is not None else old)
+    deltas = diff(old, new) if old is not None and new is not None else []
+    if op == "update" and replace_paths(kind, deltas):
+        op = "replace"
+    return Change(op, kind, namespace or None, object_name or name, old, new, deltas, protected)
+
+
+def plan_from_renders(base: Path, head: Path) -> Plan:
+    """Compare two offline renders."""
+    before, files_before = read_render(base)
+    after, files_after = read_render(head)
+    plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), files_before, files_after)
+    for key in list(before) + [k for k in after if k not in before]:
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        op = "create" if old is None else "delete" if new is None else "update"
+        plan.changes.append(_change(op, plan.redactor.manifest(old), plan.redactor.manifest(new)))
+    return plan
+
+
+# Preview JSON ------------------------------------------------------------------------------
+
+_STEP_OPS = {
+    "create": "create",
+    "import": "create",
+    "update": "update",
+    "replace": "replace",
+    "create-replacement": "replace",
+    "delete-replaced": "replace",
+    "delete": "delete",
+}
+
+
+def _state_manifest(state: Optional[Mapping[str, Any]]) -> Optional[dict]:
+    if not state:
+        return None
+    manifest = state.get("inputs") or state.get("outputs")
+    if not isinstance(manifest, Mapping):
+        return None
+    manifest = {k: v for k, v in manifest.items() if k != "__inputs"}
+    if not manifest.get("kind"):
+        manifest["kind"] = str(state.get("type", "")).rsplit(":", 1)[-1].removesuffix("Patch")
+    return manifest
+
+
+def _detailed_deltas(step: Mapping[str, Any]) -> list[Delta]:
+    """Changed paths from the engine's detailedDiff (or diffReasons), when states are incomplete."""
+    paths = list((step.get("detailedDiff") or {}).keys()) or list(step.get("diffReasons") or [])
+    return [Delta(re.sub(r'\["([^"]+)"\]', r".\1", str(path)), MISSING, MISSING) for path in paths]
+
+
+def _step_type(step: Mapping[str, Any]) -> str:
+    state = step.get("newState") or step.get("oldState") or {}
+    return str(state.get("type") or step.get("urn", "::::").split("::")[-2].split("$")[-1])
+
+
+def plan_from_preview(document: Mapping[str, Any]) -> Plan:
+    """Read ``pulumi preview --json``: its steps, with oldState/newState per resource.
+
+    "same" steps only feed the context (which nodes are in which pool); a replace's
+    create-replacement / replace / delete-replaced steps become one change.
+    """
+    plan = Plan("`pulumi preview --json`", [])
+    by_urn: dict[str, Change] = {}
+    before_all, after_all = [], []
+    for step in document.get("steps") or []:
+        if not _step_type(step).startswith("kubernetes:"):
+            continue
+        step_op, urn = step.get("op", ""), step.get("urn", "")
+        old = plan.redactor.manifest(_state_manifest(step.get("oldState")))
+        new = plan.redactor.manifest(_state_manifest(step.get("newState")))
+        if step_op in ("delete", "delete-replaced"):
+            new = None
+        before_all += [old] if old is not None else []
+        after_all += [new] if new is not None else []
+        op = _STEP_OPS.get(step_op)
+        if op is None:
+            continue
+        if urn in by_urn:  # the other steps of a replace
+            change = by_urn[urn]
+            if change.new is None and new is not None:
+                change.new, change.deltas = new, diff(change.old, new) if change.old is not None else []
+            continue
+        state = step.get("newState") or step.get("oldState") or {}
+        change = _change(op, old, new, urn.split("::")[-1], bool(state.get("protect")))
+        change.op = "replace" if op == "replace" else change.op
+        if change.op in ("update", "replace") and not change.deltas:
+            change.deltas = _detailed_deltas(step)
+        by_urn[urn] = change
+        plan.changes.append(change)
+    plan.nodes_before, plan.nodes_after = _nodes(before_all), _nodes(after_all)
+    plan.files_before, plan.files_after = _files_from_configmaps(before_all), _files_from_configmaps(after_all)
+    return plan
+
+
+# ---------------------------------------------------------------------- classification
+
+
+def _labels(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (manifest.get("metadata") or {}).get("labels") or {}
+
+
+def _role(manifest: Mapping[str, Any]) -> str:
+    """What a workload is, from its app.kubernetes.io/name label."""
+    template_labels = ((((manifest.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels")) or {}
+    return template_labels.get(NAME_LABEL) or _labels(manifest).get(NAME_LABEL) or ""
+
+
+def is_slurm_config(manifest: Mapping[str, Any]) -> bool:
+    return manifest.get("kind") == "ConfigMap" and _labels(manifest).get(NAME_LABEL) == "slurm-config"
+
+
+def template_changed(change: Change) -> bool:
+    """A replace, or a change at or under spec.template (a coarse engine reason like "spec" counts)."""
+    return change.op == "replace" or any(_under(path, "spec.template") or _under("spec.template", path) for path in change.paths)
+
+
+def pool_nodes(daemonset: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Nodes whose labels match the DaemonSet's nodeSelector (the pool's NodePatches)."""
+    selector = (((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    if not selector:
+        return []
+    return sorted(name for name, node in nodes.items() if all(_labels(node).get(k) == v for k, v in selector.items()))
+
+
+def _slurmd_gpus(daemonset: Mapping[str, Any]) -> int:
+    pod = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    total = 0
+    for container in pod.get("containers") or []:
+        try:
+            total += int(((container.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+        except (TypeError, ValueError):
+            pass
+    return total
+
+
+def compact(names: Iterable[str]) -> str:
+    """Node names as a Slurm hostlist (gpu-a-[001-032])."""
+    names = sorted(set(names))
+    return hostlist.collect_hostlist(names) if names else "(none)"
+
+
+def storage_findings(change: Change, plan: Plan) -> list[Finding]:
+    if change.kind not in ("PersistentVolume", "PersistentVolumeClaim"):
+        return []
+    if change.op in ("replace", "delete"):
+        reasons = replace_paths(change.kind, change.deltas) if change.op == "replace" else []
+        details = [f"forces replacement: {', '.join(f'`{p}`' for p in reasons)}"] if reasons else []
+        details.append(
+            "the object is deleted and recreated: pods mounting it keep the old volume until restarted, and the "
+            "claim/volume binding must be re-established; verify that reclaimPolicy Retain keeps the data"
+            if change.op == "replace"
+            else "the object is removed: check that nothing still mounts it and that the data is kept (Retain)"
+        )
+        if change.protected:
+            details.append("the resource is protected: the engine refuses until `protect` is lifted")
+        return [Finding(Impact.DATA_RISK, change, f"**{change.op}** of {change.title}", details)]
+    if change.kind == "PersistentVolumeClaim" and change.changed("spec.resources"):
+        note = "in-place expansion: the StorageClass must allow it, and a claim never shrinks"
+        return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: {note}")]
+    return []
+
+
+def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
+    if change.kind == "ConfigMap" and _labels(change.manifest).get(NAME_LABEL) == "slurm-client":
+        return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: sbatch client config, used by Jobs started after the apply")]
+    if not is_slurm_config(change.manifest) or change.op not in ("update", "replace"):
+        return []
+    files = sorted({d.path.split(".", 1)[1].split("[")[0] for d in change.deltas if d.path.startswith("data.")})
+    details = [f"changed: {', '.join(f'`{f}`' for f in files) or 'data'} (diff below)"]
+    details.append("run `scontrol reconfigure` after the apply: in configless mode every slurmd re-fetches the config")
+    if change.op == "replace":
+        details.append("pulumi-kubernetes replaces a ConfigMap whose data changes; the controller's volume follows it")
+    return [Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
+
+
+def _slurmd_finding(change: Change, plan: Plan) -> Finding:
+    nodes_map = plan.nodes_before if change.op == "delete" else plan.nodes_after
+    nodes = pool_nodes(change.manifest, nodes_map)
+    pool = ", ".join(f"{k}={v}" for k, v in (((change.manifest.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector", {}).items())
+    gpus = _slurmd_gpus(change.manifest)
+    count = f"{len(nodes)} GPU node{'s' if len(nodes) != 1 else ''}" + (f" ({len(nodes) * gpus} Slurm GPUs)" if gpus else "")
+    strategy = ((change.manifest.get("spec") or {}).get("updateStrategy") or {}).get("type", "RollingUpdate")
+    if change.op == "delete":
+        summary = f"slurmd pool removed: {count}, pool `{pool}`"
+        details = ["slurmd pods are deleted on every node of the pool: drain the nodes in Slurm first, or running jobs die"]
+    elif strategy == "OnDelete":
+        summary = f"slurmd pool roll: {count} to drain, pool `{pool}`"
+        details = [
+            "the DaemonSet uses `updateStrategy: OnDelete`: nothing restarts by itself; for each node: "
+            "`scontrol update nodename=<node> state=drain reason=roll`, wait for its jobs, delete its slurmd pod, "
+            "then `scontrol update nodename=<node> state=resume`"
+        ]
+    else:
+        summary = f"slurmd pool roll: {count}, pool `{pool}` (automatic, {strategy})"
+        details = ["pods restart without a drain: jobs running on a node die when its slurmd restarts"]
+    details.append(f"nodes: `{compact(nodes)}`")
+    return Finding(Impact.SLURMD_ROLL, change, summary, details, nodes)
+
+
+def _inference_finding(change: Change) -> Finding:
+    spec = change.manifest.get("spec") or {}
+    strategy = spec.get("strategy") or {}
+    rolling = strategy.get("rollingUpdate") or {}
+    kind = strategy.get("type", "RollingUpdate")
+    how = (
+        f"{kind}, maxSurge {rolling.get('maxSurge', '25%')}, maxUnavailable {rolling.get('maxUnavailable', '25%')}"
+        if kind == "RollingUpdate"
+        else kind
+    )
+    details = [f"strategy: {how}; replicas: {spec.get('replicas', 1)}"]
+    if str(rolling.get("maxSurge", "0")) not in ("0", "0%"):
+        details.append("a surge pod needs free GPUs on an inference-eligible node while the old pods still run")
+    return Finding(Impact.INFERENCE_ROLLOUT, change, f"rollout of {change.title}", details)
+
+
+def workload_findings(change: Change, plan: Plan) -> list[Finding]:
+    if change.kind not in ("Deployment", "StatefulSet", "DaemonSet"):
+        return []
+    role = _role(change.manifest)
+    if change.op == "create":
+        if role == "slurmd":
+            nodes = pool_nodes(change.manifest, plan.nodes_after)
+            return [Finding(Impact.OTHER, change, f"new slurmd pool: slurmd starts on `{compact(nodes)}`", [], nodes)]
+        return [Finding(Impact.OTHER, change, f"new workload {change.title}")]
+    if change.op != "delete" and not template_changed(change):
+        return []
+    if role == "slurmd" and change.kind == "DaemonSet":
+        return [_slurmd_finding(change, plan)]
+    if role == "slurmctld":
+        details = []
+        if change.changed(f"spec.template.metadata.annotations.{HASH_ANNOTATION}"):
+            details.append(f"slurm.conf changed (pod annotation `{HASH_ANNOTATION}`)")
+        details.append("running jobs continue (state is saved in StateSaveLocation); scheduling pauses while it restarts")
+        return [Finding(Impact.SLURMCTLD_RESTART, change, f"{change.op} of {change.title}", details)]
+    if role in ("slurmdbd", "mariadb"):
+        what = "accounting database" if role == "mariadb" else "slurmdbd"
+        details = [f"{what} restarts: slurmctld queues accounting records meanwhile; sacct/sacctmgr are unavailable"]
+        return [Finding(Impact.SLURMDBD_RESTART, change, f"{change.op} of {change.title}", details)]
+    if change.kind == "Deployment" and role in INFERENCE_SERVERS:
+        if change.op == "delete":
+            return [Finding(Impact.INFERENCE_ROLLOUT, change, f"model server removed: {change.title}", ["its endpoint stops serving"])]
+        return [_inference_finding(change)]
+    if change.op == "delete":
+        return [Finding(Impact.OTHER, change, f"delete of {change.title}: its pods are deleted")]
+    return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: its pods restart")]
+
+
+def _taints(node: Optional[Mapping[str, Any]]) -> set[str]:
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return {f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in taints}
+
+
+def node_findings(change: Change, plan: Plan) -> list[Finding]:
+    if change.kind != "Node":
+        return []
+    old_labels, new_labels = _labels(change.old or {}), _labels(change.new or {})
+    parts = []
+    for key in sorted(set(old_labels) | set(new_labels)):
+        if old_labels.get(key) != new_labels.get(key):
+            parts.append(f"label `{key}`: `{old_labels.get(key, '-')}` → `{new_labels.get(key, '-')}`")
+    old_taints, new_taints = _taints(change.old), _taints(change.new)
+    parts += [f"taint `{t}` added" for t in sorted(new_taints - old_taints)]
+    parts += [f"taint `{t}` removed" for t in sorted(old_taints - new_taints)]
+    if change.op == "delete":
+        parts.append("node patch removed (labels and taints stay: retain_on_delete)")
+    if not parts:
+        return []
+    return [Finding(Impact.NODE_CHANGE, change, "; ".join(parts) + _node_consequences(old_labels, new_labels, old_taints, new_taints), [], [change.name])]
+
+
+def _node_consequences(old_labels: Mapping, new_labels: Mapping, old_taints: set[str], new_taints: set[str]) -> str:
+    """What the scheduler does about a node's new labels or taints."""
+    notes = []
+    for key in sorted(k for k in set(old_labels) | set(new_labels) if k.endswith("/pool")):
+        before, after = old_labels.get(key), new_labels.get(key)
+        if before == after:
+            continue
+        if before is None:
+            notes.append(f"the nodes join pool `{after}`: its slurmd (and inference, if eligible) start there")
+        else:
+            notes.append(f"the nodes leave pool `{before}`: its slurmd pods are removed from them, drain them in Slurm first")
+    if any(t.endswith(":NoExecute") for t in new_taints - old_taints):
+        notes.append("running pods that do not tolerate a NoExecute taint are evicted")
+    if old_taints - new_taints:
+        notes.append("Kubernetes pods may now schedule onto these nodes")
+    return " — " + "; ".join(notes) if notes else ""
+
+
+CLASSIFIERS = (storage_findings, slurm_config_findings, workload_findings, node_findings)
+
+
+def classify(change: Change, plan: Plan) -> list[Finding]:
+    """Every impact of one change; a change no classifier claims restarts nothing."""
+    findings = [finding for classifier in CLASSIFIERS for finding in classifier(change, plan)]
+    return findings or [Finding(Impact.OTHER, change, f"{change.op} of {change.title}")]
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _value(value: Any) -> str:
+    if value is MISSING:
+        return "∅"
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    if "\n" in text or len(text) > 100:
+        return f"({len(text)} characters)"
+    return f"`{text}`"
+
+
+_SECRETISH = re.compile(r"(pass(word|wd)?|secret|token|credential|(^|[_.-])key)(\]|$)", re.I)
+
+
+def delta_lines(change: Change, limit: int = 8) -> list[str]:
+    """Changed fields with old → new values (never for Secrets or secret-sounding names)."""
+    if change.op not in ("update", "replace") or not change.deltas or change.kind == "Node":
+        return []
+    lines = []
+    for delta in change.deltas[:limit]:
+        if delta.old is MISSING and delta.new is MISSING:
+            lines.append(f"`{delta.path}`")
+        elif change.kind == "Secret" or _SECRETISH.search(delta.path):
+            lines.append(f"`{delta.path}`: value changed (not shown)")
+        else:
+            lines.append(f"`{delta.path}`: {_value(delta.old)} → {_value(delta.new)}")
+    if len(change.deltas) > limit:
+        lines.append(f"… and {len(change.deltas) - limit} more")
+    return lines
+
+
+def summary_table(changes: list[Change]) -> list[str]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for change in changes:
+        counts[change.kind][change.op] += 1
+    lines = ["| Kind | create | update | replace | delete |", "|---|---:|---:|---:|---:|"]
+    for kind in sorted(counts):
+        lines.append(f"| {kind} | " + " | ".join(str(counts[kind][op] or "") for op in OPS) + " |")
+    totals = Counter(change.op for change in changes)
+    lines.append("| **total** | " + " | ".join(f"**{totals[op]}**" for op in OPS) + " |")
+    return lines
+
+
+def _headline(findings: list[Finding]) -> str:
+    present = sorted({f.impact for f in findings if f.impact is not Impact.OTHER}, key=list(Impact).index)
+    if not present:
+        return "**Impact:** no pod restarts, no storage or node changes."
+    if present == [Impact.CONFIG_RELOAD]:
+        return "**Impact:** config reload only — `scontrol reconfigure`, nothing restarts."
+    parts = []
+    for impact in present:
+        group = [f for f in findings if f.impact is impact]
+        if impact is Impact.SLURMD_ROLL:
+            nodes = {n for f in group for n in f.nodes}
+            parts.append(f"{impact.icon} **{impact.value}** ({len(nodes)} GPU nodes)")
+        elif impact is Impact.NODE_CHANGE:
+            parts.append(f"{impact.icon} **{impact.value}** ({len({n for f in group for n in f.nodes})} nodes)")
+        else:
+            parts.append(f"{impact.icon} **{impact.value}**")
+    return "**Impact:** " + " · ".join(parts)
+
+
+def _impact_section(impact: Impact, findings: list[Finding]) -> list[str]:
+    lines = [f"### {impact.icon} {impact.value}", ""]
+    if impact is Impact.NODE_CHANGE:
+        grouped: dict[str, list[str]] = defaultdict(list)
+        for finding in findings:
+            grouped[finding.summary].extend(finding.nodes)
+        for summary, nodes in grouped.items():
+            lines.append(f"- `{compact(nodes)}` ({len(set(nodes))} node{'s' if len(set(nodes)) != 1 else ''}): {summary}")
+        return lines + [""]
+    for finding in findings:
+        lines.append(f"- {finding.summary}")
+        lines += [f"  - {detail}" for detail in finding.details]
+        if impact not in (Impact.OTHER, Impact.CONFIG_RELOAD):  # config changes: see the file diffs
+            lines += [f"  - {line}" for line in delta_lines(finding.change)]
+    return lines + [""]
+
+
+def file_diffs(plan: Plan) -> list[str]:
+    lines = []
+    for name in SLURM_FILES:
+        old, new = plan.files_before.get(name), plan.files_after.get(name)
+        if old == new or (old is None and new is None):
+            continue
+        body = difflib.unified_diff(
+            (old or "").splitlines(), (new or "").splitlines(), f"base/{name}", f"head/{name}", lineterm="", n=2
+        )
+        lines += [f"<details open><summary><code>{name}</code></summary>", "", "```diff", *body, "```", "", "</details>", ""]
+    return ["### Slurm files", "", *lines] if lines else []
+
+
+def render_markdown(plan: Plan, title: str = "dualsched change report") -> str:
+    findings = [finding for change in plan.changes for finding in classify(change, plan)]
+    lines = [f"## {title}", "", f"Source: {plan.source}", ""]
+    if not plan.changes:
+        lines.append("No changes.")
+        return plan.redactor.scrub("\n".join(lines) + "\n")
+    lines += [_headline(findings), "", *summary_table(plan.changes), ""]
+    for impact in Impact:
+        group = [f for f in findings if f.impact is impact]
+        if group and impact is not Impact.OTHER:
+            lines += _impact_section(impact, group)
+    lines += file_diffs(plan)
+    other = [f for f in findings if f.impact is Impact.OTHER]
+    if other:
+        lines += ["<details><summary>Changes that restart nothing</summary>", "", *_impact_section(Impact.OTHER, other)[2:], "</details>", ""]
+    return plan.redactor.scrub("\n".join(lines).rstrip() + "\n")
+
+
+# --------------------------------------------------------------------------------- CLI
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", type=Path, help="render directory of the base (with --head)")
+    parser.add_argument("--head", type=Path, help="render directory of the head (with --base)")
+    parser.add_argument("--preview", type=Path, help="output of `pulumi preview --json`")
+    parser.add_argument("--title", default="dualsched change report", help="heading of the report")
+    parser.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
+    args = parser.parse_args(argv)
+
+    if args.preview and (args.base or args.head):
+        parser.error("use either --preview or --base/--head")
+    if args.preview:
+        plan = plan_from_preview(json.loads(args.preview.read_text()))
+    elif args.base and args.head:
+        for directory in (args.base, args.head):
+            if not directory.is_dir():
+                parser.error(f"not a render directory: {directory}")
+        plan = plan_from_renders(args.base, args.head)
+    else:
+        parser.error("give --base and --head, or --preview")
+    text = render_markdown(plan, args.title)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Scenario 6: the library is the gate in front of Slurm.
+
+A config it rejects never reaches Slurm: ConfigError is raised before anything is
+rendered, and the running cluster keeps its files and partitions. A config it
+accepts starts slurmctld: the dev and prod stacks, rendered for this machine's
+Site (loopback ports, local paths, unreachable addresses for their nodes), each
+run by a real slurmctld that answers and reports the stack's partitions and GRES.
+"""
+
+import pytest
+
+from config.loader import ConfigError, parse_stack_config
+from config.models import StackConfig
+from harness import DaemonDied, expected_gres, expected_partition_gres, expected_partition_nodes
+
+pytestmark = pytest.mark.slurm
+
+
+def _pool_for_kubernetes_only(raw):
+    raw["pools"][0]["mode"] = "kubernetes"
+    raw["pools"][0].pop("gpuType", None)
+
+
+def _partition_over_missing_pool(raw):
+    raw["slurm"]["partitions"][0]["pools"] = ["gpu", "no-such-pool"]
+
+
+def _more_slurm_gpus_than_the_node_has(raw):
+    raw["pools"][0].update(mode="partitioned", slurmGpus=3)
+
+
+def _partition_name_slurm_cannot_parse(raw):
+    raw["slurm"]["partitions"][0]["name"] = "gpu nodes"
+
+
+def _bad_hostlist(raw):
+    raw["pools"][0]["nodes"] = "node-[2-1"
+
+
+def _two_default_partitions(raw):
+    raw["slurm"]["partitions"][1]["default"] = True
+
+
+@pytest.mark.parametrize(
+    "break_config",
+    [
+        _pool_for_kubernetes_only,
+        _partition_over_missing_pool,
+        _more_slurm_gpus_than_the_node_has,
+        _partition_name_slurm_cannot_parse,
+        _bad_hostlist,
+        _two_default_partitions,
+    ],
+)
+def test_a_config_the_library_rejects_never_reaches_slurm(cluster, local_raw, break_config):
+    before = {name: (cluster.etc / name).read_text() for name in ("slurm.conf", "gres.conf", "cgroup.conf")}
+    partitions = cluster.partition_node_counts()
+    break_config(local_raw)
+
+    with pytest.raises(ConfigError):
+        cluster.apply(local_raw)
+
+    assert {name: (cluster.etc / name).read_text() for name in before} == before
+    assert cluster.controller_up()
+    assert cluster.partition_node_counts() == partitions
+
+
+def test_what_the_gate_prevents_slurmctld_refuses_a_partition_without_slurm_nodes(cluster, local_raw):
+    """The first rejected config above, let past the library's cross-field checks."""
+    _pool_for_kubernetes_only(local_raw)
+    local_raw["slurm"]["clusterName"] = "unchecked"  # not the running cluster's accounting
+    with pytest.raises(ConfigError, match="runs no slurmd"):
+        parse_stack_config(local_raw)
+
+    unchecked = StackConfig.model_validate(local_raw)  # field rules only
+    controller = cluster.controller_for(unchecked)
+    try:
+        with pytest.raises(DaemonDied, match="fatal: Invalid node names in partition gpu"):
+            controller.start()
+    finally:
+        controller.stop()
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_each_stack_the_library_accepts_starts_slurmctld(cluster, stack, request):
+    raw = request.getfixturevalue(f"{stack}_raw")
+    config = parse_stack_config(raw, f"Pulumi.{stack}.yaml")
+    controller = cluster.controller_for(config).start()
+    try:
+        assert controller.controller_up()
+        assert controller.partition_node_counts() == expected_partition_nodes(config)
+        assert controller.partition_gres() == expected_partition_gres(config)
+        nodes = controller.nodes()
+        assert len(nodes) == sum(len(pool.node_names) for pool in config.slurm_pools)
+        for pool in config.slurm_pools:
+            for name in pool.node_names:
+                assert nodes[name]["Gres"] == expected_gres(config, pool.name), name
+    finally:
+        controller.stop()

@@ -1,0 +1,141 @@
+"""DualScheduledCluster and the shape every component shares: type tokens, parents, outputs, providers."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+
+import components
+from components.cluster import DualScheduledCluster
+from rendering import render_raw, render_stack, render_with_registrations, variant
+
+CLUSTER = "dualsched:cluster:DualScheduledCluster"
+
+
+def _component_classes() -> dict[str, type]:
+    """Every ComponentResource class defined in a components module, by module.ClassName."""
+    classes = {}
+    for info in pkgutil.iter_modules(components.__path__):
+        module = importlib.import_module(f"components.{info.name}")
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, pulumi.ComponentResource) and value.__module__ == module.__name__:
+                classes[f"{info.name}.{name}"] = value
+    return classes
+
+
+def test_every_component_class_is_registered_under_its_module_type_token():
+    registered = {r.type for stack in ("dev", "prod") for r in render_stack(stack).components()}
+    expected = {f"dualsched:{key.split('.')[0]}:{key.split('.')[1]}" for key in _component_classes()}
+    assert len(expected) >= 13
+    assert registered == expected
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_type_tokens_name_the_module_and_class(stack):
+    for registration in render_stack(stack).components():
+        package, module, name = registration.type.split(":")
+        assert package == "dualsched"
+        cls = getattr(importlib.import_module(f"components.{module}"), name)
+        assert issubclass(cls, pulumi.ComponentResource)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_component_registers_outputs(stack):
+    rendered = render_stack(stack)
+    for registration in rendered.components():
+        assert registration.urn in rendered.component_outputs, registration.type
+        assert rendered.component_outputs[registration.urn], registration.type
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_resource_is_a_child_of_a_component(stack):
+    rendered = render_stack(stack)
+    [cluster] = rendered.components(CLUSTER)
+    for registration in rendered.resources:
+        if registration.type == CLUSTER:
+            continue
+        assert registration.parent_type.startswith("dualsched:"), f"{registration.type} {registration.name}"
+        if not registration.custom:
+            assert registration.parent == cluster.urn
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_slurmd_and_model_servers_wait_for_the_labels_of_their_nodes(stack):
+    rendered = render_stack(stack)
+    patches = lambda pools: {
+        r.urn for r in rendered.resources if r.type == "kubernetes:core/v1:NodePatch" and r.parent.endswith(tuple(f"::dualsched-{p}" for p in pools))
+    }
+    for pool in rendered.config.slurm_pools:
+        [component] = [c for c in rendered.components("dualsched:compute:ComputePool") if c.name == f"dualsched-slurmd-{pool.name}"]
+        assert len(patches([pool.name])) == len(pool.node_names)
+        assert patches([pool.name]) <= set(component.dependencies), component.name
+    inference_pools = [pool.name for pool in rendered.config.inference_pools]
+    for component in rendered.components("dualsched:inference:ModelServer"):
+        assert patches(inference_pools) <= set(component.dependencies), component.name
+
+
+def test_dev_cluster_outputs():
+    outputs = render_stack("dev").outputs_of(CLUSTER)
+    assert outputs["namespaces"] == {"slurm": "slurm", "inference": "inference", "jobs": "slurm-jobs"}
+    assert outputs["controller_address"] == "slurmctld-0.slurmctld.slurm.svc.cluster.local:6817"
+    assert outputs["inference_endpoints"] == {"qwen-small": "http://qwen-small.inference.svc.cluster.local"}
+
+
+def test_prod_cluster_outputs():
+    outputs = render_stack("prod").outputs_of(CLUSTER)
+    assert outputs["controller_address"] == "slurmctld-0.slurmctld.slurm.svc.cluster.local:6817"
+    assert outputs["inference_endpoints"] == {
+        "llama-8b-instruct": "http://llama-8b-instruct.inference.svc.cluster.local",
+        "qwen-32b-instruct": "http://qwen-32b-instruct.inference.svc.cluster.local",
+    }
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_slurm_conf_hash_output_is_the_config_maps_hash(stack):
+    rendered = render_stack(stack)
+    outputs = rendered.outputs_of(CLUSTER)
+    assert outputs["slurm_conf_hash"] == rendered.render.outputs["slurm_conf_hash"]
+    assert outputs["slurm_conf_hash"] == rendered.outputs_of("dualsched:slurm_config:SlurmConfig")["hash"]
+    assert len(outputs["slurm_conf_hash"]) == 64
+
+
+def test_outputs_follow_what_is_enabled():
+    def slurm_only(raw):
+        raw["inference"]["enabled"] = False
+        raw["submission"] = {"enabled": False}
+
+    outputs = render_raw(variant("dev", slurm_only)).outputs_of(CLUSTER)
+    assert outputs["namespaces"] == {"slurm": "slurm"}
+    assert outputs["inference_endpoints"] == {}
+
+
+def test_protect_only_in_prod_and_only_on_state():
+    dev, prod = render_stack("dev"), render_stack("prod")
+    assert not [r for r in dev.resources if r.protect]
+    protected = {(r.type.rsplit(":", 1)[-1], r.name) for r in prod.resources if r.protect and r.custom}
+    assert ("PersistentVolumeClaim", "dualsched-slurmctld-state") in protected
+    assert {name for kind, name in protected if kind == "PersistentVolume"} == {
+        "dualsched-shared-slurm",
+        "dualsched-shared-inference",
+        "dualsched-shared-jobs",
+    }
+    assert ("Namespace", "dualsched-slurm") in protected
+    unprotected_kinds = {"DaemonSet", "Deployment", "StatefulSet", "ConfigMap", "Secret", "NodePatch"}
+    assert not {kind for kind, _ in protected} & unprotected_kinds
+
+
+def test_providers_pass_through_to_every_kubernetes_resource():
+    def program(config):
+        provider = k8s.Provider("target", kubeconfig="{}")
+        return DualScheduledCluster("dualsched", config, opts=pulumi.ResourceOptions(providers=[provider]))
+
+    rendered = render_with_registrations(render_stack("dev").config, "dev", program=program)
+    kubernetes = [r for r in rendered.resources if r.custom and r.type.startswith("kubernetes:")]
+    assert kubernetes
+    for registration in kubernetes:
+        assert "pulumi:providers:kubernetes::target" in registration.provider, registration.name

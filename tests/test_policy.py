@@ -1,0 +1,343 @@
+"""The policy rules (policy/rules.py): each one rejects a program that breaks it, and the
+dev and prod stacks pass them all.
+
+The programs are the real ones: the stack's render (policy.offline, which also records
+each resource's ``protect`` option from the mock monitor, as the engine would hand it
+to the pack) with one object changed, or a stack config that breaks a rule. The same
+rule functions run inside the CrossGuard pack (policy/__main__.py); the real-engine
+run (`pulumi preview --policy-pack policy`) is in tests/e2e/test_policy_pack_engine.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import runpy
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+import yaml
+
+from config import StackConfig, parse_stack_config
+from policy import offline
+from policy.rules import RULES, Resource, Settings, violations
+from rendering import raw_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+PACK = ROOT / "policy"
+MUNGE_LIKE_KEY = base64.b64encode(os.urandom(1024)).decode()
+
+
+# ------------------------------------------------------------------------- programs
+
+
+class Program:
+    """A stack's rendered resources and the pack settings for it."""
+
+    def __init__(self, config: StackConfig, resources: list[Resource]):
+        self.config = config
+        self.resources = resources
+
+    def settings(self, **overrides: Any) -> Settings:
+        base = offline.settings_for(self.config)
+        return Settings(**{**base.__dict__, **overrides})
+
+    def find(self, kind: str, name_part: str = "") -> Resource:
+        matches = [r for r in self.resources if r.kind == kind and name_part in r.manifest["metadata"].get("name", "")]
+        assert len(matches) == 1, f"{len(matches)} {kind} objects match {name_part!r}"
+        return matches[0]
+
+    def mutated(self, kind: str, name_part: str, edit: Callable[[dict], None], protect: Optional[bool] = None) -> "Program":
+        """The same program with one object edited (a deep copy; the fixture stays intact)."""
+        target = self.find(kind, name_part)
+        manifest = copy.deepcopy(dict(target.manifest))
+        edit(manifest)
+        changed = Resource(manifest, target.protect if protect is None else protect, target.pulumi_name)
+        return Program(self.config, [changed if r is target else r for r in self.resources])
+
+    def added(self, manifest: dict, protect: bool = False) -> "Program":
+        return Program(self.config, [*self.resources, Resource(manifest, protect, "extra")])
+
+    def violations(self, **overrides: Any) -> list[tuple[str, str]]:
+        return [(v.rule, v.message) for v in violations(self.resources, self.settings(**overrides))]
+
+
+def rejected(program: Program, rule: str, fragment: str, **overrides: Any) -> list[str]:
+    """Assert ``rule`` (and only it) rejects the program with a message containing ``fragment``."""
+    found = program.violations(**overrides)
+    assert found, f"{rule} did not reject the program"
+    assert {name for name, _ in found} == {rule}, found
+    messages = [message for _, message in found]
+    assert any(fragment in message for message in messages), messages
+    return messages
+
+
+@pytest.fixture(scope="module")
+def dev() -> Program:
+    config = parse_stack_config(raw_stack("dev"), "Pulumi.dev.yaml")
+    return Program(config, offline.rendered_resources(config))
+
+
+@pytest.fixture(scope="module")
+def prod() -> Program:
+    config = parse_stack_config(raw_stack("prod"), "Pulumi.prod.yaml")
+    return Program(config, offline.rendered_resources(config))
+
+
+def pod_spec(manifest: dict) -> dict:
+    return manifest["spec"]["template"]["spec"]
+
+
+def first_container(manifest: dict) -> dict:
+    return pod_spec(manifest)["containers"][0]
+
+
+# ------------------------------------------------------------------- the stacks pass
+
+
+def test_dev_stack_passes_every_rule(dev):
+    assert dev.violations() == []
+
+
+def test_prod_stack_passes_every_rule_in_prod(prod):
+    assert prod.settings().environment == "prod"
+    assert prod.violations() == []
+    # protect comes from the program's resource options, recorded at registration
+    claims = [r for r in prod.resources if r.kind in ("PersistentVolumeClaim", "PersistentVolume")]
+    assert claims and all(r.protect for r in claims)
+
+
+# -------------------------------------------------------------- privileged / hostNetwork
+
+
+def test_privileged_inference_container_is_rejected(dev):
+    program = dev.mutated("Deployment", "qwen-small", lambda m: first_container(m)["securityContext"].update(privileged=True))
+    rejected(program, "privileged-only-slurmd", "container 'server' is privileged")
+
+
+def test_host_network_outside_slurmd_is_rejected(dev):
+    program = dev.mutated("Deployment", "slurmdbd", lambda m: pod_spec(m).update(hostNetwork=True))
+    rejected(program, "privileged-only-slurmd", "hostNetwork is allowed only for slurmd pods")
+
+
+def test_slurmd_outside_the_slurm_namespace_is_rejected(dev):
+    program = dev.mutated("DaemonSet", "slurmd", lambda m: m["metadata"].update(namespace="default"))
+    messages = rejected(program, "privileged-only-slurmd", "Slurm namespace 'slurm'")
+    assert len(messages) == 2  # hostNetwork and the privileged slurmd container
+
+
+def test_privileged_pod_in_the_slurm_namespace_without_the_slurmd_label_is_rejected(dev):
+    def relabel(manifest):
+        manifest["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "slurmd-debug"
+
+    rejected(dev.mutated("DaemonSet", "slurmd", relabel), "privileged-only-slurmd", "label app.kubernetes.io/name=slurmd")
+
+
+def test_the_slurm_namespace_comes_from_pack_config(dev):
+    rejected(dev, "privileged-only-slurmd", "Slurm namespace 'hpc'", slurm_namespace="hpc")
+
+
+# ------------------------------------------------------------------ Slurm taint tolerations
+
+
+def test_inference_tolerating_the_slurm_taint_is_rejected(dev):
+    toleration = {"key": "dualsched.io/slurm", "operator": "Exists", "effect": "NoSchedule"}
+    program = dev.mutated("Deployment", "qwen-small", lambda m: pod_spec(m).update(tolerations=[toleration]))
+    rejected(program, "no-slurm-toleration-outside-slurm", "tolerates the Slurm taint 'dualsched.io/slurm'")
+
+
+def test_a_wildcard_toleration_outside_slurm_is_rejected(dev):
+    program = dev.mutated("Deployment", "qwen-small", lambda m: pod_spec(m).update(tolerations=[{"operator": "Exists"}]))
+    rejected(program, "no-slurm-toleration-outside-slurm", "inference/")
+
+
+def test_other_tolerations_and_slurmd_tolerations_pass(dev, prod):
+    program = dev.mutated(
+        "Deployment", "qwen-small", lambda m: pod_spec(m).update(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    )
+    assert program.violations() == []
+    slurmd = prod.find("DaemonSet", "h100-a")
+    assert any(t["key"] == "dualsched.io/slurm" for t in pod_spec(dict(slurmd.manifest))["tolerations"])
+
+
+def test_the_taint_key_comes_from_pack_config(dev):
+    toleration = {"key": "example.com/hpc", "operator": "Exists"}
+    program = dev.mutated("Deployment", "qwen-small", lambda m: pod_spec(m).update(tolerations=[toleration]))
+    assert program.violations() == []
+    rejected(program, "no-slurm-toleration-outside-slurm", "'example.com/hpc'", slurm_taint_key="example.com/hpc")
+
+
+# ------------------------------------------------------------------------------ GPUs
+
+
+def test_gpu_request_without_limit_is_rejected(dev):
+    program = dev.mutated("Deployment", "qwen-small", lambda m: first_container(m)["resources"]["limits"].pop("nvidia.com/gpu"))
+    rejected(program, "gpu-limits-and-pools", "requests nvidia.com/gpu=1 without a limit")
+
+
+def test_gpu_request_different_from_limit_is_rejected(dev):
+    program = dev.mutated("Deployment", "qwen-small", lambda m: first_container(m)["resources"]["limits"].update({"nvidia.com/gpu": "2"}))
+    rejected(program, "gpu-limits-and-pools", "request and limit must be equal")
+
+
+def test_gpu_pod_without_pool_placement_is_rejected(dev):
+    program = dev.mutated("Deployment", "qwen-small", lambda m: pod_spec(m).pop("affinity"))
+    rejected(program, "gpu-limits-and-pools", "not confined to a GPU pool")
+
+
+def test_gpu_pod_with_an_unpinned_affinity_term_is_rejected(dev):
+    def add_term(manifest):
+        terms = pod_spec(manifest)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        terms.append({"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]})
+
+    rejected(dev.mutated("Deployment", "qwen-small", add_term), "gpu-limits-and-pools", "not confined to a GPU pool")
+
+
+def test_gpu_pod_on_a_pool_without_gpus_is_rejected(dev):
+    def cpu_pool(manifest):
+        pod_spec(manifest).pop("affinity")
+        pod_spec(manifest)["nodeSelector"] = {"dualsched.io/pool": "cpu"}
+
+    rejected(dev.mutated("Deployment", "qwen-small", cpu_pool), "gpu-limits-and-pools", "['cpu'] which are not GPU pools ['gpu']")
+
+
+# -------------------------------------------------------------------- secret material
+
+
+def test_munge_key_in_a_configmap_is_rejected(dev):
+    program = dev.mutated("ConfigMap", "submission", lambda m: m["data"].update({"munge.key": MUNGE_LIKE_KEY}))
+    messages = rejected(program, "no-secret-material", "data key 'munge.key'")
+    assert all(MUNGE_LIKE_KEY not in message for message in messages)
+
+
+def test_key_like_blob_under_an_innocent_name_is_rejected(dev):
+    program = dev.mutated("ConfigMap", "submission", lambda m: m["data"].update({"bootstrap": MUNGE_LIKE_KEY[:64]}))
+    rejected(program, "no-secret-material", "key-like base64 blob")
+
+
+def test_slurm_password_option_in_a_configmap_is_rejected(dev):
+    def storage_pass(manifest):
+        manifest["data"]["slurm.conf"] += "AccountingStoragePass=hunter2-but-longer\n"
+
+    rejected(dev.mutated("ConfigMap", "slurm-config", storage_pass), "no-secret-material", "sets 'AccountingStoragePass'")
+
+
+def test_private_key_in_a_configmap_is_rejected(dev):
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow...\n-----END RSA PRIVATE KEY-----\n"
+    program = dev.mutated("ConfigMap", "submission", lambda m: m["data"].update({"tls.pem": pem}))
+    rejected(program, "no-secret-material", "PEM private key")
+
+
+def test_password_env_literal_is_rejected(dev):
+    def literal(manifest):
+        env = first_container(manifest)["env"]
+        password = next(e for e in env if e["name"] == "MARIADB_PASSWORD")
+        password.pop("valueFrom")
+        password["value"] = "correct-horse-battery"
+
+    rejected(dev.mutated("StatefulSet", "mariadb", literal), "no-secret-material", "env MARIADB_PASSWORD")
+
+
+def test_flags_paths_and_secret_refs_are_not_secret_material(dev):
+    env = {e["name"]: e for e in first_container(dict(dev.find("StatefulSet", "mariadb").manifest))["env"]}
+    assert env["MARIADB_RANDOM_ROOT_PASSWORD"]["value"] == "1" and "valueFrom" in env["MARIADB_PASSWORD"]
+
+    def file_env(manifest):
+        first_container(manifest)["env"].append({"name": "MARIADB_PASSWORD_FILE", "value": "/run/secrets/password"})
+
+    assert dev.mutated("StatefulSet", "mariadb", file_env).violations() == []
+
+
+# ------------------------------------------------------------------------- prod rules
+
+
+def test_latest_and_untagged_images_are_rejected_in_prod(prod):
+    program = prod.mutated("Deployment", "llama", lambda m: first_container(m).update(image="docker.io/vllm/vllm-openai:latest"))
+    rejected(program, "prod-images-pinned", "uses the tag 'latest'")
+    program = prod.mutated("Deployment", "llama", lambda m: first_container(m).update(image="docker.io/vllm/vllm-openai"))
+    rejected(program, "prod-images-pinned", "has no tag")
+
+
+def test_digests_pass_and_dev_may_use_latest(prod, dev):
+    digest = "docker.io/vllm/vllm-openai@sha256:" + "0" * 64
+    assert prod.mutated("Deployment", "llama", lambda m: first_container(m).update(image=digest)).violations() == []
+    latest = dev.mutated("Deployment", "qwen", lambda m: first_container(m).update(image="vllm/vllm-openai:latest"))
+    assert latest.violations() == []
+    server_only = Program(dev.config, [latest.find("Deployment", "qwen")])
+    rejected(server_only, "prod-images-pinned", "uses the tag 'latest'", environment="prod")
+
+
+def test_unprotected_state_is_rejected_in_prod(prod):
+    rejected(prod.mutated("PersistentVolumeClaim", "slurmctld-state", lambda m: None, protect=False), "prod-stateful-protected",
+             "PersistentVolumeClaim slurm/dualsched-slurmctld-state")
+
+
+def test_a_prod_program_without_protect_is_rejected(tmp_path, capsys):
+    """The whole program: prod with `protect: false` leaves every claim and volume unprotected."""
+    raw = raw_stack("prod")
+    raw["protect"] = False
+    stack_file = tmp_path / "Pulumi.unprotected.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": {f"dualsched:{key}": value for key, value in raw.items()}}))
+    assert offline.main(["--config", str(stack_file)]) == 1
+    out = capsys.readouterr().out
+    assert "7 violations" in out  # 3 PVs + 4 PVCs (state, slurm, inference and jobs shares)
+    assert out.count("[prod-stateful-protected]") == 7
+
+
+def test_an_unprotected_database_statefulset_is_rejected_in_prod(dev):
+    program = Program(dev.config, [r for r in dev.resources if r.kind == "StatefulSet"])
+    rejected(program, "prod-stateful-protected", "StatefulSet slurm/mariadb", environment="prod")
+
+
+def test_pv_reclaim_policy_must_be_retain_in_prod(prod):
+    program = prod.mutated("PersistentVolume", "shared-slurm", lambda m: m["spec"].update(persistentVolumeReclaimPolicy="Delete"))
+    rejected(program, "prod-pv-reclaim-retain", "is 'Delete'")
+    program = prod.mutated("PersistentVolume", "shared-slurm", lambda m: m["spec"].pop("persistentVolumeReclaimPolicy"))
+    rejected(program, "prod-pv-reclaim-retain", "is None")
+
+
+def test_offline_check_of_the_stacks(capsys):
+    assert offline.main(["--stack", "dev"]) == 0
+    assert "every rule passes" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------- pack
+
+
+def test_prod_pack_config_sets_prod_for_every_policy():
+    config = json.loads((PACK / "config.prod.json").read_text())
+    assert config == {rule.name: {"environment": "prod"} for rule in RULES}
+    assert Settings.from_config(config["prod-images-pinned"]).prod
+    assert yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"] == "python"
+    assert "pulumi-policy==1.21.0" in (PACK / "requirements.txt").read_text().split()
+
+
+def test_pack_wires_every_rule_as_a_mandatory_policy():
+    policy = pytest.importorskip("pulumi_policy", reason="the pack's own dependency: pip install -r policy/requirements.txt")
+    from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions, ResourceValidationArgs
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+    pack = runpy.run_path(str(PACK / "__main__.py"), run_name="dualsched_pack")
+    policies = pack["policies"]()
+    assert [p.name for p in policies] == [rule.name for rule in RULES]
+    assert all(p.enforcement_level is policy.EnforcementLevel.MANDATORY for p in policies)
+
+    # props as the engine hands them during preview: an auto-name still unknown
+    props = unknown_checking_proxy(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": UNKNOWN_STRING_VALUE, "namespace": "inference"},
+            "spec": {"template": {"spec": {"hostNetwork": True, "containers": [{"name": "x", "image": "busybox"}]}}},
+        }
+    )
+    options = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+    reported: list[tuple[str, str]] = []
+    for item in policies:
+        args = ResourceValidationArgs("kubernetes:apps/v1:Deployment", props, "urn", "bad-server", options, None, {"environment": "prod"})
+        item.validate(args, lambda message, urn, name=item.name: reported.append((name, message)))
+    assert sorted(name for name, _ in reported) == ["privileged-only-slurmd", "prod-images-pinned"]
+    assert all("Deployment inference/bad-server" in message for _, message in reported)

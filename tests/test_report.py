@@ -1,0 +1,357 @@
+"""The change report on real pairs of configs.
+
+Each pair is a stack's own config (Pulumi.dev.yaml / Pulumi.prod.yaml) as the
+base and the same config with one realistic edit as the head; both are rendered
+by the real program under the render mocks and written with ``write_render``,
+exactly as the pull-request workflow does, then compared.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from components.render import Render, write_render
+from components.report import (
+    MARKER,
+    SECRET_SIG,
+    Finding,
+    Impact,
+    Plan,
+    classify,
+    main,
+    plan_from_preview,
+    plan_from_renders,
+    render_markdown,
+)
+from rendering import raw_stack, render_raw
+
+NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.05.3-ubuntu24.04"
+NEW_VLLM = "docker.io/vllm/vllm-openai:v0.11.1"
+
+
+@dataclass
+class Compared:
+    plan: Plan
+    markdown: str
+    findings: list[Finding]
+    base: Render
+    head: Render
+
+    def of(self, impact: Impact) -> list[Finding]:
+        return [finding for finding in self.findings if finding.impact is impact]
+
+    @property
+    def impacts(self) -> set[Impact]:
+        return {finding.impact for finding in self.findings} - {Impact.OTHER}
+
+
+def _findings(plan: Plan) -> list[Finding]:
+    return [finding for change in plan.changes for finding in classify(change, plan)]
+
+
+def compare(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]) -> Compared:
+    base_raw = raw_stack(stack)
+    head_raw = copy.deepcopy(base_raw)
+    edit(head_raw)
+    base, head = render_raw(base_raw).render, render_raw(head_raw).render
+    write_render(base, tmp_path / "base")
+    write_render(head, tmp_path / "head")
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    return Compared(plan, render_markdown(plan), _findings(plan), base, head)
+
+
+def assert_no_secret(markdown: str, *renders: Render) -> None:
+    for render in renders:
+        for secret in render.generated_secrets:
+            assert secret not in markdown
+
+
+# ------------------------------------------------------------------- render pairs
+
+
+def test_identical_renders_report_no_changes(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: None)
+    assert compared.plan.changes == []
+    assert "No changes." in compared.markdown
+
+
+def test_new_partition_reloads_config_and_restarts_slurmctld(tmp_path):
+    def add_partition(raw):
+        raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "01:00:00"})
+
+    compared = compare(tmp_path, "dev", add_partition)
+    assert compared.impacts == {Impact.CONFIG_RELOAD, Impact.SLURMCTLD_RESTART}
+    (reload,) = compared.of(Impact.CONFIG_RELOAD)
+    assert reload.change.kind == "ConfigMap" and reload.change.op == "replace"
+    (restart,) = compared.of(Impact.SLURMCTLD_RESTART)
+    assert restart.change.name == "slurmctld"
+    assert "spec.template.metadata.annotations.dualsched.io/slurm-config-hash" in restart.change.paths
+    assert any("config-hash" in detail for detail in restart.details)
+    # configless: no slurmd pod restarts for a partition
+    assert not compared.of(Impact.SLURMD_ROLL)
+    assert "scontrol reconfigure" in compared.markdown
+    assert "+PartitionName=debug Nodes=gpu-[001-002]" in compared.markdown
+    assert_no_secret(compared.markdown, compared.base, compared.head)
+
+
+def test_slurmd_image_change_rolls_every_pool_with_its_node_count(tmp_path):
+    compared = compare(tmp_path, "prod", lambda raw: raw["images"].update(slurmd=NEW_SLURMD))
+    rolls = {finding.change.name.split("-slurmd-")[1].rsplit("-", 1)[0]: finding for finding in compared.of(Impact.SLURMD_ROLL)}
+    assert set(rolls) == {"h100-a", "h100-b", "h100-shared"}
+    assert len(rolls["h100-a"].nodes) == 32 and rolls["h100-a"].nodes[0] == "gpu-a-001"
+    assert len(rolls["h100-b"].nodes) == 32
+    assert len(rolls["h100-shared"].nodes) == 16
+    assert "32 GPU nodes (256 Slurm GPUs) to drain" in rolls["h100-a"].summary
+    assert "16 GPU nodes (64 Slurm GPUs) to drain" in rolls["h100-shared"].summary
+    assert any("OnDelete" in detail and "drain" in detail for detail in rolls["h100-a"].details)
+    assert "slurmd pool roll** (80 GPU nodes)" in compared.markdown
+    assert "`gpu-s-[001-016]`" in compared.markdown
+    assert_no_secret(compared.markdown, compared.base, compared.head)
+
+
+def test_slurmdbd_resources_restart_slurmdbd_only(tmp_path):
+    def resources(raw):
+        raw["slurm"]["accounting"]["resources"] = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
+
+    compared = compare(tmp_path, "prod", resources)
+    assert compared.impacts == {Impact.SLURMDBD_RESTART}
+    (restart,) = compared.of(Impact.SLURMDBD_RESTART)
+    assert restart.change.kind == "Deployment" and "slurmdbd" in restart.change.name
+    assert "spec.template.spec.containers[slurmdbd].resources.requests.cpu" in restart.change.paths
+
+
+def test_vllm_image_change_is_an_inference_rollout_with_surge(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw.setdefault("images", {}).update(vllm=NEW_VLLM))
+    assert compared.impacts == {Impact.INFERENCE_ROLLOUT}
+    (rollout,) = compared.of(Impact.INFERENCE_ROLLOUT)
+    assert rollout.change.namespace == "inference"
+    assert "maxSurge 1, maxUnavailable 0" in rollout.details[0]
+    assert f"`{NEW_VLLM}`" in compared.markdown
+
+
+def test_nfs_server_change_replaces_the_volumes_as_data_risk(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["storage"]["nfs"].update(server="nfs2.dev.internal"))
+    risks = compared.of(Impact.DATA_RISK)
+    assert {f.change.kind for f in risks} == {"PersistentVolume"}
+    assert len(risks) == 3 and all(f.change.op == "replace" for f in risks)
+    assert all("`spec.nfs.server`" in f.details[0] for f in risks)
+    assert "| PersistentVolume |  |  | 3 |  |" in compared.markdown
+    assert "DATA RISK" in compared.markdown.split("\n")[4]  # the headline
+
+
+def test_pool_taint_change_lists_the_nodes(tmp_path):
+    def no_execute(raw):
+        raw["pools"][0]["taints"] = [{"key": "dualsched.io/slurm", "value": "true", "effect": "NoExecute"}]
+
+    compared = compare(tmp_path, "prod", no_execute)
+    changes = compared.of(Impact.NODE_CHANGE)
+    assert sorted(n for f in changes for n in f.nodes) == [f"gpu-a-{i:03d}" for i in range(1, 33)]
+    assert "- `gpu-a-[001-032]` (32 nodes): taint `dualsched.io/slurm=true:NoExecute` added; " in compared.markdown
+    assert "taint `dualsched.io/slurm=true:NoSchedule` removed" in compared.markdown
+    # the pool's slurmd tolerates the new taint: a template change, so a roll of that pool only
+    assert [len(f.nodes) for f in compared.of(Impact.SLURMD_ROLL)] == [32]
+
+
+def test_cli_writes_the_report(tmp_path, capsys):
+    compare(tmp_path, "dev", lambda raw: raw.setdefault("images", {}).update(vllm=NEW_VLLM))
+    out = tmp_path / "report.md"
+    assert main(["--base", str(tmp_path / "base"), "--head", str(tmp_path / "head"), "--out", str(out), "--title", "dev"]) == 0
+    text = out.read_text()
+    assert text.startswith("## dev\n") and "Inference rollout" in text
+    assert MARKER not in text  # the workflow adds the marker to the comment
+    with pytest.raises(SystemExit):
+        main(["--base", str(tmp_path / "base")])
+
+
+# -------------------------------------------------------------------- preview JSON
+#
+# `pulumi preview --json` prints one document:
+#
+#   {"steps": [{"op": "same" | "create" | "update" | "replace" | "create-replacement"
+#                     | "delete-replaced" | "delete",
+#               "urn": "urn:pulumi:<stack>::<project>::<parent types $-joined>$<type>::<name>",
+#               "provider": "...",
+#               "oldState": {"urn", "type", "custom", "protect", "inputs": {manifest}, "outputs": {...}},
+#               "newState": {... same shape ...},
+#               "diffReasons": ["spec"], "replaceReasons": [...],
+#               "detailedDiff": {"spec.template.spec.containers[0].image": {"kind": "update", "inputDiff": true}}},
+#              ...],
+#    "diagnostics": [...], "changeSummary": {"update": 1, "same": 30}}
+#
+# A replace shows up as create-replacement + replace + delete-replaced for one URN.
+# Secret values appear inside envelopes {"4dabf18193072939515e22adb298388d":
+# "1b47061264138c4ac30d75fd1eb44270", "plaintext": "<JSON text>"} (or "[secret]").
+
+SECRET_ENVELOPE_SIG = "1b47061264138c4ac30d75fd1eb44270"
+PLANTED = "planted-S3cr3t-value-0xC0FFEE"
+
+
+def envelope(value: Any) -> dict[str, Any]:
+    return {SECRET_SIG: SECRET_ENVELOPE_SIG, "plaintext": json.dumps(value)}
+
+
+def urn(resource_type: str, name: str) -> str:
+    return f"urn:pulumi:dev::dualsched::dualsched:cluster:DualScheduledCluster${resource_type}::{name}"
+
+
+def state(resource_type: str, inputs: dict[str, Any], protect: bool = False) -> dict[str, Any]:
+    return {"type": resource_type, "custom": True, "protect": protect, "inputs": inputs, "outputs": inputs}
+
+
+def node(name: str, pool: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"dualsched.io/pool": pool}}}
+
+
+def slurmd(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "slurmd-gpu-1234", "namespace": "slurm", "labels": {"app.kubernetes.io/name": "slurmd"}},
+        "spec": {
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "slurmd"}},
+                "spec": {
+                    "nodeSelector": {"dualsched.io/pool": "gpu"},
+                    "containers": [{"name": "slurmd", "image": image, "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                },
+            },
+        },
+    }
+
+
+def volume(server: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "shared-slurm-5678"},
+        "spec": {"persistentVolumeReclaimPolicy": "Retain", "nfs": {"server": server, "path": "/export"}},
+    }
+
+
+def secret(value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "db-password-9abc",
+            "namespace": "slurm",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps({"stringData": {"password": value}})},
+        },
+        "stringData": {"password": value},
+        "data": {"password": base64.b64encode(value.encode()).decode()},
+    }
+
+
+def server(token: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "qwen-1", "namespace": "inference", "labels": {"app.kubernetes.io/name": "vllm"}},
+        "spec": {
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"spec": {"containers": [{"name": "server", "image": "vllm:1", "env": [{"name": "HF_TOKEN", "value": token}]}]}},
+        },
+    }
+
+
+def hand_made_preview() -> dict[str, Any]:
+    daemonset, pv, sec, deploy = (
+        "kubernetes:apps/v1:DaemonSet",
+        "kubernetes:core/v1:PersistentVolume",
+        "kubernetes:core/v1:Secret",
+        "kubernetes:apps/v1:Deployment",
+    )
+    nodes = [
+        {"op": "same", "urn": urn("kubernetes:core/v1:NodePatch", f"gpu-{i}"),
+         "oldState": state("kubernetes:core/v1:NodePatch", node(f"gpu-00{i}", "gpu")),
+         "newState": state("kubernetes:core/v1:NodePatch", node(f"gpu-00{i}", "gpu"))}
+        for i in (1, 2)
+    ]
+    pv_steps = [
+        {"op": op, "urn": urn(pv, "shared-slurm"), "oldState": state(pv, volume("nfs1"), True), "newState": state(pv, volume("nfs2"), True),
+         "replaceReasons": ["spec"], "detailedDiff": {"spec.nfs.server": {"kind": "update-replace", "inputDiff": True}}}
+        for op in ("create-replacement", "replace", "delete-replaced")
+    ]
+    return {
+        "steps": [
+            *nodes,
+            {"op": "update", "urn": urn(daemonset, "slurmd-gpu"), "oldState": state(daemonset, slurmd("slurmd:1")),
+             "newState": state(daemonset, slurmd("slurmd:2")), "diffReasons": ["spec"],
+             "detailedDiff": {"spec.template.spec.containers[0].image": {"kind": "update", "inputDiff": True}}},
+            *pv_steps,
+            {"op": "update", "urn": urn(sec, "db-password"), "oldState": state(sec, secret("old-" + PLANTED)),
+             "newState": state(sec, secret(PLANTED)), "diffReasons": ["stringData"]},
+            {"op": "update", "urn": urn(deploy, "qwen"), "oldState": state(deploy, server(envelope("old-" + PLANTED))),
+             "newState": state(deploy, server(envelope(PLANTED))), "diffReasons": ["spec"]},
+        ],
+        "changeSummary": {"same": 2, "update": 3, "replace": 1},
+    }
+
+
+def test_preview_json_is_classified_and_never_shows_a_secret(tmp_path, capsys):
+    path = tmp_path / "preview.json"
+    path.write_text(json.dumps(hand_made_preview()))
+    assert main(["--preview", str(path)]) == 0
+    markdown = capsys.readouterr().out
+    plan = plan_from_preview(json.loads(path.read_text()))
+    findings = _findings(plan)
+
+    (risk,) = [f for f in findings if f.impact is Impact.DATA_RISK]
+    assert risk.change.op == "replace" and any("protected" in d for d in risk.details)
+    (roll,) = [f for f in findings if f.impact is Impact.SLURMD_ROLL]
+    assert roll.nodes == ["gpu-001", "gpu-002"] and "16 Slurm GPUs" in roll.summary
+    assert [f.impact for f in findings if f.change.kind == "Deployment"] == [Impact.INFERENCE_ROLLOUT]
+    assert "| PersistentVolume |  |  | 1 |  |" in markdown and "| Secret |  |  | 1 |  |" in markdown
+
+    for planted in (PLANTED, base64.b64encode(PLANTED.encode()).decode(), json.dumps(PLANTED)):
+        assert planted not in markdown
+    assert "not shown" in markdown  # the env change is reported, without its value
+
+
+def preview_from_renders(base: Render, head: Render) -> dict[str, Any]:
+    """A preview document for base -> head, built as the engine would from the same resources."""
+
+    def states(render: Render) -> dict[str, dict[str, Any]]:
+        result = {}
+        for obj in render.objects:
+            manifest = copy.deepcopy(obj.manifest)
+            if manifest["kind"] == "Secret":  # secret outputs (munge key, passwords) arrive as envelopes
+                for key in ("data", "stringData"):
+                    manifest[key] = {k: envelope(v) for k, v in (manifest.get(key) or {}).items()}
+            result[urn(obj.pulumi_type, obj.pulumi_name)] = state(obj.pulumi_type, manifest)
+        return result
+
+    old, new = states(base), states(head)
+    steps = []
+    for key in list(old) + [k for k in new if k not in old]:
+        before, after = old.get(key), new.get(key)
+        op = "create" if before is None else "delete" if after is None else "same" if before == after else "update"
+        steps.append({"op": op, "urn": key, **({"oldState": before} if before else {}), **({"newState": after} if after else {})})
+    return {"steps": steps}
+
+
+def test_preview_json_from_real_renders_matches_the_render_report(tmp_path):
+    def edit(raw):
+        raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "01:00:00"})
+        raw.setdefault("images", {}).update(slurmd=NEW_SLURMD)
+
+    compared = compare(tmp_path, "dev", edit)
+    document = preview_from_renders(compared.base, compared.head)
+    # the real generated secrets are in the document, inside envelopes
+    assert any(s in json.dumps(document) for s in compared.head.generated_secrets)
+    plan = plan_from_preview(document)
+    findings = _findings(plan)
+    assert {f.impact for f in findings} - {Impact.OTHER} == compared.impacts
+    (roll,) = [f for f in findings if f.impact is Impact.SLURMD_ROLL]
+    assert roll.nodes == ["gpu-001", "gpu-002"]
+    markdown = render_markdown(plan)
+    assert "+PartitionName=debug Nodes=gpu-[001-002]" in markdown  # from the ConfigMap data
+    assert_no_secret(markdown, compared.base, compared.head)
