@@ -15,7 +15,7 @@ export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 help:
 	@sed -n '2,4p' Makefile
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt policy/requirements.txt pyproject.toml
 	@echo "[venv] creating $(VENV) and installing pinned requirements"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt

@@ -140,7 +140,7 @@ class Accounting(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child(self),
+            opts=child(self, protect=config.protect_state),
         )
         return secret.metadata.name, PASSWORD_KEY
 

@@ -310,6 +310,18 @@ def test_unprintable_keys_are_reported_on_one_clear_line(key):
     assert check(raw) == "rejected"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="config/models.py ExternalDatabase.host/user/name are free text: a newline is accepted and "
+    "injects a line into slurmdbd.conf (fix: a pattern without whitespace on those fields)",
+)
+@pytest.mark.parametrize("field", ["host", "user", "name"])
+def test_text_that_lands_in_slurm_files_cannot_inject_lines(field):
+    raw = copy.deepcopy(RAW["prod"])
+    raw["slurm"]["accounting"]["database"]["external"][field] = "x\nDebugLevel=debug5"
+    assert check(raw) == "rejected"
+
+
 # ----------------------------------------------------------------------- the render CLI
 
 BAD_FILES = {
@@ -355,10 +367,6 @@ def test_unreadable_stack_files_are_a_clear_message(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
 def test_render_cli_exits_2_without_a_traceback(tmp_path, name):
     result = _render_bad_file(tmp_path, BAD_FILES[name])
-    result = subprocess.run(
-        [sys.executable, "-m", "components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert "invalid dualsched config" in result.stderr
