@@ -10,6 +10,7 @@ import pulumi_random as random
 
 from components.common import (
     child,
+    claim_volume,
     empty_dir,
     exec_probe,
     labels,
@@ -128,12 +129,7 @@ class Accounting(pulumi.ComponentResource):
                             )
                         ],
                         volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="data",
-                                persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                                    claim_name=claim.metadata.name
-                                ),
-                            ),
+                            claim_volume("data", claim.metadata.name),
                             empty_dir("run"),
                             empty_dir("tmp"),
                         ],

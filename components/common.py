@@ -72,6 +72,19 @@ def empty_dir(name: str, medium: Optional[str] = None) -> k8s.core.v1.VolumeArgs
     return k8s.core.v1.VolumeArgs(name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium=medium))
 
 
+def claim_volume(name: str, claim_name: pulumi.Input[str], read_only: bool = False) -> k8s.core.v1.VolumeArgs:
+    return k8s.core.v1.VolumeArgs(
+        name=name,
+        persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
+            claim_name=claim_name, read_only=read_only or None
+        ),
+    )
+
+
+def config_map_volume(name: str, config_map_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
+    return k8s.core.v1.VolumeArgs(name=name, config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map_name))
+
+
 def mount(name: str, path: str, read_only: bool = False, sub_path: Optional[str] = None) -> k8s.core.v1.VolumeMountArgs:
     return k8s.core.v1.VolumeMountArgs(name=name, mount_path=path, read_only=read_only or None, sub_path=sub_path)
 

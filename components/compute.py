@@ -7,7 +7,17 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import GPU_RESOURCE, child, empty_dir, labels, meta, mount, resource_list, tcp_probe
+from components.common import (
+    GPU_RESOURCE,
+    child,
+    claim_volume,
+    empty_dir,
+    labels,
+    meta,
+    mount,
+    resource_list,
+    tcp_probe,
+)
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.slurm_files import Site
 from config.models import NodePool, StackConfig, Taint
@@ -120,12 +130,7 @@ class ComputePool(pulumi.ComponentResource):
             volumes=[
                 empty_dir("spool"),
                 empty_dir("run"),
-                k8s.core.v1.VolumeArgs(
-                    name="shared",
-                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                        claim_name=args.shared_claim_name
-                    ),
-                ),
+                claim_volume("shared", args.shared_claim_name),
                 *munge_volumes(args.munge_secret_name),
             ],
         )

@@ -7,7 +7,20 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, empty_dir, exec_probe, labels, locked_down, meta, mount, requirements, stateful, tcp_probe
+from components.common import (
+    child,
+    claim_volume,
+    config_map_volume,
+    empty_dir,
+    exec_probe,
+    labels,
+    locked_down,
+    meta,
+    mount,
+    requirements,
+    stateful,
+    tcp_probe,
+)
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR
@@ -125,13 +138,8 @@ class SlurmController(pulumi.ComponentResource):
                 )
             ],
             volumes=[
-                k8s.core.v1.VolumeArgs(
-                    name="slurm-config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=args.config_map_name)
-                ),
-                k8s.core.v1.VolumeArgs(
-                    name="state",
-                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=state_claim),
-                ),
+                config_map_volume("slurm-config", args.config_map_name),
+                claim_volume("state", state_claim),
                 empty_dir("run"),
                 empty_dir("tmp"),
                 *munge_volumes(args.munge_secret_name),

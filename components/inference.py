@@ -13,13 +13,14 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, empty_dir, labels, locked_down, meta, mount, requirements
+from components.common import child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
 from components.namespace import pod_security_labels
 from config.models import Inference, InferenceModel, InferenceServer, StackConfig
 
 HTTP_PORT = 8000
 MODELS_MOUNT = "/models"
-SERVER_UID = 1000
+SERVER_UID = 65532
+"""An unprivileged UID above the host range (no clash with node or shared-filesystem users); HOME is /tmp."""
 
 
 @dataclass(frozen=True)
@@ -222,12 +223,7 @@ class ModelServer(pulumi.ComponentResource):
                 )
             ],
             volumes=[
-                k8s.core.v1.VolumeArgs(
-                    name="models",
-                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                        claim_name=args.models_claim_name, read_only=True
-                    ),
-                ),
+                claim_volume("models", args.models_claim_name, read_only=True),
                 empty_dir("tmp"),
                 # Tensor-parallel workers exchange tensors through shared memory.
                 empty_dir("shm", medium="Memory"),

@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, empty_dir, labels, locked_down, meta, mount
+from components.common import child, claim_volume, config_map_volume, empty_dir, labels, locked_down, meta, mount
 from components.compute import SHARED_MOUNT
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import pod_security_labels
@@ -103,13 +103,8 @@ class JobSubmission(pulumi.ComponentResource):
                 )
             ],
             volumes=[
-                k8s.core.v1.VolumeArgs(
-                    name="slurm-config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=self.config_map_name)
-                ),
-                k8s.core.v1.VolumeArgs(
-                    name="shared",
-                    persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=self.shared_claim_name),
-                ),
+                config_map_volume("slurm-config", self.config_map_name),
+                claim_volume("shared", self.shared_claim_name),
                 empty_dir("tmp"),
                 *munge_volumes(self.munge_secret_name),
             ],
