@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -33,12 +35,12 @@ PASSWORD_KEY = "password"
 CONF_DIR = "/etc/slurm"
 
 
+@dataclass(frozen=True)
 class AccountingArgs:
-    def __init__(self, config: StackConfig, site: Site, namespace: pulumi.Input[str], munge_secret_name: pulumi.Input[str]):
-        self.config = config
-        self.site = site
-        self.namespace = namespace
-        self.munge_secret_name = munge_secret_name
+    config: StackConfig
+    site: Site
+    namespace: pulumi.Input[str]
+    munge_secret_name: pulumi.Input[str]
 
 
 class Accounting(pulumi.ComponentResource):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -37,22 +39,14 @@ def conf_servers(site: Site) -> str:
     return ",".join(f"{host.address or host.name}:{site.slurmctld_port}" for host in site.controller_hosts)
 
 
+@dataclass(frozen=True)
 class ComputePoolArgs:
-    def __init__(
-        self,
-        config: StackConfig,
-        pool: NodePool,
-        site: Site,
-        namespace: pulumi.Input[str],
-        munge_secret_name: pulumi.Input[str],
-        shared_claim_name: pulumi.Input[str],
-    ):
-        self.config = config
-        self.pool = pool
-        self.site = site
-        self.namespace = namespace
-        self.munge_secret_name = munge_secret_name
-        self.shared_claim_name = shared_claim_name
+    config: StackConfig
+    pool: NodePool
+    site: Site
+    namespace: pulumi.Input[str]
+    munge_secret_name: pulumi.Input[str]
+    shared_claim_name: pulumi.Input[str]
 
 
 class ComputePool(pulumi.ComponentResource):

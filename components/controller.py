@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -32,22 +34,14 @@ SLURM_UID = 401
 CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-config-hash"
 
 
+@dataclass(frozen=True)
 class SlurmControllerArgs:
-    def __init__(
-        self,
-        config: StackConfig,
-        site: Site,
-        namespace: pulumi.Input[str],
-        config_map_name: pulumi.Input[str],
-        config_hash: str,
-        munge_secret_name: pulumi.Input[str],
-    ):
-        self.config = config
-        self.site = site
-        self.namespace = namespace
-        self.config_map_name = config_map_name
-        self.config_hash = config_hash
-        self.munge_secret_name = munge_secret_name
+    config: StackConfig
+    site: Site
+    namespace: pulumi.Input[str]
+    config_map_name: pulumi.Input[str]
+    config_hash: str
+    munge_secret_name: pulumi.Input[str]
 
 
 class SlurmController(pulumi.ComponentResource):

@@ -78,18 +78,12 @@ class InferenceNamespace(pulumi.ComponentResource):
         self.register_outputs({"name": self.name})
 
 
+@dataclass(frozen=True)
 class ModelServerArgs:
-    def __init__(
-        self,
-        config: StackConfig,
-        model: InferenceModel,
-        namespace: pulumi.Input[str],
-        models_claim_name: pulumi.Input[str],
-    ):
-        self.config = config
-        self.model = model
-        self.namespace = namespace
-        self.models_claim_name = models_claim_name
+    config: StackConfig
+    model: InferenceModel
+    namespace: pulumi.Input[str]
+    models_claim_name: pulumi.Input[str]
 
 
 class ModelServer(pulumi.ComponentResource):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Mapping, Optional
 
 import pulumi
@@ -18,10 +20,11 @@ SOCKET_VOLUME = "munge-socket"
 SOCKET_DIR = "/run/munge"
 
 
+@dataclass(frozen=True)
 class MungeKeyArgs:
-    def __init__(self, namespaces: Mapping[str, pulumi.Input[str]]):
-        """``namespaces``: logical name -> namespace that gets a copy of the key Secret."""
-        self.namespaces = namespaces
+    """``namespaces``: logical name -> namespace that gets a copy of the key Secret."""
+
+    namespaces: Mapping[str, pulumi.Input[str]]
 
 
 class MungeKey(pulumi.ComponentResource):

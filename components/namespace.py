@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -35,11 +37,12 @@ def _ports(*numbers: int, protocol: str = "TCP") -> list[k8s.networking.v1.Netwo
     return [k8s.networking.v1.NetworkPolicyPortArgs(port=number, protocol=protocol) for number in numbers]
 
 
+@dataclass(frozen=True)
 class SlurmNamespaceArgs:
-    def __init__(self, slurm: Slurm, protect: bool = False):
-        """``protect``: deleting the namespace would delete its claims, so prod protects and keeps it."""
-        self.slurm = slurm
-        self.protect = protect
+    """``protect``: deleting the namespace would delete its claims, so prod protects and keeps it."""
+
+    slurm: Slurm
+    protect: bool = False
 
 
 class SlurmNamespace(pulumi.ComponentResource):

@@ -7,6 +7,8 @@ a node in the middle of a week-long Slurm job.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -20,10 +22,10 @@ SLURM_GPUS_LABEL = "dualsched.io/slurm-gpus"
 FIELD_MANAGER = "dualsched"
 
 
+@dataclass(frozen=True)
 class GpuNodePoolArgs:
-    def __init__(self, config: StackConfig, pool: NodePool):
-        self.config = config
-        self.pool = pool
+    config: StackConfig
+    pool: NodePool
 
 
 class GpuNodePool(pulumi.ComponentResource):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional
 
 import pulumi
@@ -14,11 +16,11 @@ from config.models import StackConfig
 CONFIG_DIR = "/etc/slurm"
 
 
+@dataclass(frozen=True)
 class SlurmConfigArgs:
-    def __init__(self, config: StackConfig, site: Site, namespace: pulumi.Input[str]):
-        self.config = config
-        self.site = site
-        self.namespace = namespace
+    config: StackConfig
+    site: Site
+    namespace: pulumi.Input[str]
 
 
 class SlurmConfig(pulumi.ComponentResource):

@@ -6,6 +6,8 @@ A PV binds exactly one claim, so Slurm (read-write, checkpoints) and inference
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Mapping, Optional
 
 import pulumi
@@ -15,12 +17,12 @@ from components.common import child, labels, meta, stateful
 from config.models import SharedStorage, StorageType
 
 
+@dataclass(frozen=True)
 class StorageConsumer:
     """A namespace that mounts the shared file system, and how."""
 
-    def __init__(self, namespace: pulumi.Input[str], read_only: bool):
-        self.namespace = namespace
-        self.read_only = read_only
+    namespace: pulumi.Input[str]
+    read_only: bool
 
 
 def volume_source(storage: SharedStorage, read_only: bool) -> dict:
@@ -38,11 +40,11 @@ def volume_source(storage: SharedStorage, read_only: bool) -> dict:
     }
 
 
+@dataclass(frozen=True)
 class SharedStorageVolumesArgs:
-    def __init__(self, storage: SharedStorage, consumers: Mapping[str, StorageConsumer], protect: bool):
-        self.storage = storage
-        self.consumers = consumers
-        self.protect = protect
+    storage: SharedStorage
+    consumers: Mapping[str, StorageConsumer]
+    protect: bool
 
 
 class SharedStorageVolumes(pulumi.ComponentResource):

@@ -7,6 +7,8 @@ scripts and results live; :func:`sbatch_pod_spec` builds such a pod.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Mapping, Optional
 
 import pulumi
@@ -41,20 +43,13 @@ class JobSubmissionNamespace(pulumi.ComponentResource):
         self.register_outputs({"name": self.name})
 
 
+@dataclass(frozen=True)
 class JobSubmissionArgs:
-    def __init__(
-        self,
-        config: StackConfig,
-        namespace: pulumi.Input[str],
-        slurm_files: Mapping[str, str],
-        munge_secret_name: pulumi.Input[str],
-        shared_claim_name: pulumi.Input[str],
-    ):
-        self.config = config
-        self.namespace = namespace
-        self.slurm_files = slurm_files
-        self.munge_secret_name = munge_secret_name
-        self.shared_claim_name = shared_claim_name
+    config: StackConfig
+    namespace: pulumi.Input[str]
+    slurm_files: Mapping[str, str]
+    munge_secret_name: pulumi.Input[str]
+    shared_claim_name: pulumi.Input[str]
 
 
 class JobSubmission(pulumi.ComponentResource):
