@@ -10,8 +10,8 @@ it runs, each in a FRESH subprocess so peak RSS is that run's own, alternating:
 - ``flat``: ``bench/flat_program.py``, the same Kubernetes objects registered by
   direct constructors, under the same mocks;
 
-and reports medians: evaluation time (wall, from the first constructor until
-every registration has resolved), peak RSS of the process, registered
+and reports medians: evaluation time (process CPU time and wall time, from the
+first constructor until every registration has resolved), peak RSS of the process, registered
 resources (checked equal by type between the two), the library/flat ratio,
 slurm.conf size and lines, and the render time of the Slurm files.
 """
@@ -170,6 +170,8 @@ def measure(sizes, runs: int, log) -> list[dict]:
                              f"library-only {lib_objects - flat_objects}\nflat-only {flat_objects - lib_objects}")
         lib_s = statistics.median(r["seconds"] for r in library)
         flat_s = statistics.median(r["seconds"] for r in flat)
+        lib_cpu = statistics.median(r["cpu_seconds"] for r in library)
+        flat_cpu = statistics.median(r["cpu_seconds"] for r in flat)
         rows.append({
             "nodes": nodes,
             "gpus": nodes * 8,
@@ -177,7 +179,10 @@ def measure(sizes, runs: int, log) -> list[dict]:
             "k8s_objects": sum(n for t, n in lib_objects.items() if t.startswith("kubernetes:")),
             "library_s": lib_s,
             "flat_s": flat_s,
-            "ratio": lib_s / flat_s,
+            "library_cpu": lib_cpu,
+            "flat_cpu": flat_cpu,
+            "ratio": lib_cpu / flat_cpu,
+            "wall_ratio": lib_s / flat_s,
             "library_rss_mb": statistics.median(r["rss_mb"] for r in library),
             "flat_rss_mb": statistics.median(r["rss_mb"] for r in flat),
             "baseline_rss_mb": statistics.median(r["rss_before_mb"] for r in library),
@@ -188,13 +193,15 @@ def measure(sizes, runs: int, log) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| nodes (GPUs) | resources (k8s objects) | library eval | flat eval | ratio | peak RSS library (flat) | slurm.conf | Slurm files render |",
+        "| nodes (GPUs) | resources (k8s objects) | library eval CPU (wall) | flat eval CPU (wall) | ratio CPU (wall) "
+        "| peak RSS library (flat) | slurm.conf | Slurm files render |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['nodes']:,} ({r['gpus']:,}) | {r['resources']:,} ({r['k8s_objects']:,}) | {r['library_s']:.2f} s "
-            f"| {r['flat_s']:.2f} s | {r['ratio']:.2f} | {r['library_rss_mb']:.0f} MB ({r['flat_rss_mb']:.0f} MB) "
+            f"| {r['nodes']:,} ({r['gpus']:,}) | {r['resources']:,} ({r['k8s_objects']:,}) "
+            f"| {r['library_cpu']:.2f} s ({r['library_s']:.2f} s) | {r['flat_cpu']:.2f} s ({r['flat_s']:.2f} s) "
+            f"| {r['ratio']:.2f} ({r['wall_ratio']:.2f}) | {r['library_rss_mb']:.0f} MB ({r['flat_rss_mb']:.0f} MB) "
             f"| {r['conf_bytes']:,} B, {r['conf_lines']} lines | {r['render_ms']:.1f} ms |"
         )
     return "\n".join(lines)
@@ -203,16 +210,17 @@ def table(rows: list[dict]) -> str:
 def verdicts(rows: list[dict]) -> list[str]:
     first, last = rows[0], rows[-1]
     scale = last["nodes"] / first["nodes"]
-    growth = last["library_s"] / first["library_s"]
+    growth = last["library_cpu"] / first["library_cpu"]
     lines = [
-        f"- ratio library/flat at {last['nodes']:,} nodes: {last['ratio']:.2f} (target <= {TARGET_RATIO}): "
+        f"- ratio library/flat at {last['nodes']:,} nodes: {last['ratio']:.2f} CPU, {last['wall_ratio']:.2f} wall "
+        f"(target <= {TARGET_RATIO}, judged on CPU time): "
         + ("PASS" if last["ratio"] <= TARGET_RATIO else "MISS"),
         f"- peak RSS at {last['nodes']:,} nodes: {last['library_rss_mb']:.0f} MB, of which {last['baseline_rss_mb']:.0f} MB "
         f"interpreter and imports (target < {TARGET_RSS_MB} MB): " + ("PASS" if last["library_rss_mb"] < TARGET_RSS_MB else "MISS"),
         f"- slurm.conf {first['conf_lines']} -> {last['conf_lines']} lines, {first['conf_bytes']:,} -> {last['conf_bytes']:,} B "
         f"for {scale:.0f}x the nodes (grows with pools, not nodes): "
         + ("PASS" if last["conf_lines"] == first["conf_lines"] and last["conf_bytes"] <= first["conf_bytes"] * 1.05 else "MISS"),
-        f"- evaluation time {first['nodes']:,} -> {last['nodes']:,} nodes: x{growth:.1f} for x{scale:.0f} the nodes "
+        f"- evaluation CPU time {first['nodes']:,} -> {last['nodes']:,} nodes: x{growth:.1f} for x{scale:.0f} the nodes "
         "(linear or better): " + ("PASS" if growth <= scale * 1.1 else "MISS"),
     ]
     return lines
@@ -247,7 +255,8 @@ def main(argv=None) -> int:
         f"Medians of {args.runs} runs, each in a fresh process; 8 GPUs per node, 8 pools (6 dedicated, 2 partitioned),",
         "9 partitions, 4 vLLM models, HA controller, external accounting database, Lustre (bench/fleet.py).",
         "`library` is `components.program.build`, `flat` is bench/flat_program.py (same objects, direct constructors),",
-        "both under the same lean Pulumi mocks; eval is wall time until every registration resolved.",
+        "both under the same lean Pulumi mocks; eval runs until every registration has resolved. The ratio and the",
+        "growth are judged on the process's CPU time, which a busy shared machine disturbs far less than wall time.",
         "Peak RSS is the whole process (interpreter, pulumi and pulumi-kubernetes imports included).",
         "",
         table(rows),

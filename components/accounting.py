@@ -32,6 +32,17 @@ from config.models import DatabaseMode, StackConfig
 MARIADB_UID = 999
 """The mysql user of the official MariaDB image."""
 PASSWORD_KEY = "password"
+DB_PASSWORD_DIR = "/run/secrets/db"
+
+
+def password_volume(secret_name: pulumi.Input[str], key: str) -> k8s.core.v1.VolumeArgs:
+    """The database password Secret as a read-only file, ``key`` inside the volume."""
+    return k8s.core.v1.VolumeArgs(
+        name="db-password",
+        secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=secret_name, items=[k8s.core.v1.KeyToPathArgs(key=key, path=key)], default_mode=0o440
+        ),
+    )
 CONF_DIR = "/etc/slurm"
 
 
@@ -95,12 +106,8 @@ class Accounting(pulumi.ComponentResource):
         env = [
             k8s.core.v1.EnvVarArgs(name="MARIADB_DATABASE", value=site.database.name),
             k8s.core.v1.EnvVarArgs(name="MARIADB_USER", value=site.database.user),
-            k8s.core.v1.EnvVarArgs(
-                name="MARIADB_PASSWORD",
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret.metadata.name, key=PASSWORD_KEY)
-                ),
-            ),
+            # The entrypoint reads the password from the mounted Secret, never from the environment.
+            k8s.core.v1.EnvVarArgs(name="MARIADB_PASSWORD_FILE", value=f"{DB_PASSWORD_DIR}/{PASSWORD_KEY}"),
             k8s.core.v1.EnvVarArgs(name="MARIADB_RANDOM_ROOT_PASSWORD", value="1"),
         ]
         health = ["healthcheck.sh", "--connect", "--innodb_initialized"]
@@ -126,12 +133,18 @@ class Accounting(pulumi.ComponentResource):
                                 startup_probe=exec_probe(health, period=5, failures=60),
                                 liveness_probe=exec_probe(health, period=20),
                                 readiness_probe=exec_probe(health, period=10),
-                                volume_mounts=[mount("data", "/var/lib/mysql"), mount("run", "/run/mysqld"), mount("tmp", "/tmp")],
+                                volume_mounts=[
+                                    mount("data", "/var/lib/mysql"),
+                                    mount("db-password", DB_PASSWORD_DIR, read_only=True),
+                                    mount("run", "/run/mysqld"),
+                                    mount("tmp", "/tmp"),
+                                ],
                                 security_context=locked_down(run_as_user=MARIADB_UID),
                             )
                         ],
                         volumes=[
                             claim_volume("data", claim.metadata.name),
+                            password_volume(secret.metadata.name, PASSWORD_KEY),
                             empty_dir("run"),
                             empty_dir("tmp"),
                         ],
@@ -216,13 +229,7 @@ class Accounting(pulumi.ComponentResource):
                             k8s.core.v1.VolumeArgs(
                                 name="conf-template", secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=conf.metadata.name)
                             ),
-                            k8s.core.v1.VolumeArgs(
-                                name="db-password",
-                                secret=k8s.core.v1.SecretVolumeSourceArgs(
-                                    secret_name=password_secret,
-                                    items=[k8s.core.v1.KeyToPathArgs(key=password_key, path=password_key)],
-                                ),
-                            ),
+                            password_volume(password_secret, password_key),
                             empty_dir("conf", medium="Memory"),
                             empty_dir("run"),
                             *munge_volumes(args.munge_secret_name),

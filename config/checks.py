@@ -222,8 +222,6 @@ def storage_has_required_fields(config: StackConfig) -> Iterator[Problem]:
         for field in ("server", "path"):
             if nfs is None or not getattr(nfs, field):
                 yield Problem(f"storage.nfs.{field}", f"NFS storage needs a {field}", MISSING if nfs is None else getattr(nfs, field) or MISSING)
-        if nfs is not None and nfs.path and not nfs.path.startswith("/"):
-            yield Problem("storage.nfs.path", "must be an absolute exported path", nfs.path)
     else:
         lustre = storage.lustre
         if lustre is None or not lustre.volume_handle:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -34,13 +35,17 @@ class ConfigError(Exception):
         return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}):\n{lines}"
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+
+
 def _path(location: tuple[Any, ...]) -> str:
     path = ""
     for part in location:
         if isinstance(part, int):
             path += f"[{part}]"
-        else:
-            path += f".{part}" if path else str(part)
+            continue
+        key = str(part) if _PLAIN_KEY.match(str(part)) else repr(part)  # keep odd keys on one line
+        path += f".{key}" if path else key
     return path or "(top level)"
 
 
@@ -126,7 +131,7 @@ def load_stack_file(path: str | Path) -> StackConfig:
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
+    except (OSError, ValueError, yaml.YAMLError) as error:
         raise ConfigError([Problem(str(path), "cannot read the stack file", str(error).splitlines()[0])], str(path)) from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError([Problem("config", "a stack file holds a 'config' mapping", document)], str(path))

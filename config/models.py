@@ -17,7 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from config.types import (
+    AbsolutePath,
+    CsiDriverName,
     DnsLabel,
+    DnsSubdomain,
+    HostName,
     ImageRef,
     KubernetesMinor,
     LabelKey,
@@ -25,7 +29,9 @@ from config.types import (
     PartitionName,
     Quantity,
     RelativePath,
+    SingleLine,
     SlurmTime,
+    SqlName,
 )
 
 
@@ -235,7 +241,7 @@ class StateStorage(Model):
 
     size: Quantity = "10Gi"
     """Requested size."""
-    storage_class: Optional[str] = None
+    storage_class: Optional[DnsSubdomain] = None
     """StorageClass; the cluster default when absent."""
     access_mode: AccessMode = AccessMode.READ_WRITE_ONCE
     """ReadWriteMany is required when the backup controller shares the state."""
@@ -281,13 +287,13 @@ class SecretKeyRef(Model):
 class ExternalDatabase(Model):
     """An existing MySQL/MariaDB for slurmdbd."""
 
-    host: Optional[str] = None
+    host: Optional[HostName] = None
     """Database host name."""
     port: int = Field(3306, ge=1, le=65535)
     """Database port."""
-    user: str = "slurm"
+    user: SqlName = "slurm"
     """StorageUser."""
-    name: str = "slurm_acct_db"
+    name: SqlName = "slurm_acct_db"
     """StorageLoc (database name)."""
     password_secret: Optional[SecretKeyRef] = None
     """Existing Secret in the Slurm namespace holding the password."""
@@ -298,7 +304,7 @@ class InClusterDatabase(Model):
 
     size: Quantity = "20Gi"
     """Size of the database claim."""
-    storage_class: Optional[str] = None
+    storage_class: Optional[DnsSubdomain] = None
     """StorageClass; the cluster default when absent."""
     resources: Resources = Resources(
         requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(cpu="2", memory="4Gi")
@@ -347,18 +353,18 @@ class Slurm(Model):
 
 
 class NfsStorage(Model):
-    server: Optional[str] = None
+    server: Optional[HostName] = None
     """NFS server host or address."""
-    path: Optional[str] = None
+    path: Optional[AbsolutePath] = None
     """Exported path."""
 
 
 class LustreStorage(Model):
-    driver: str = "lustre.csi.hpe.com"
+    driver: CsiDriverName = "lustre.csi.hpe.com"
     """CSI driver name."""
-    volume_handle: Optional[str] = None
+    volume_handle: Optional[SingleLine] = None
     """CSI volumeHandle of the file system."""
-    volume_attributes: dict[str, str] = Field(default_factory=dict)
+    volume_attributes: dict[SingleLine, SingleLine] = Field(default_factory=dict)
     """CSI volumeAttributes (e.g. mgsAddress, fsName)."""
 
 

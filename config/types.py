@@ -2,12 +2,14 @@
 
 Each type validates one thing a Kubernetes or Slurm object depends on, so a
 mistake is reported against the config key that holds it, before deployment.
+Every text that lands in a Slurm file or a manifest is single-line by
+construction: no type here accepts whitespace where a line could break.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Callable
 
 from pydantic import AfterValidator
 
@@ -42,15 +44,12 @@ _SLURM_TIME = re.compile(
     r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
 )
 
-
-def is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
-
-
 # A relative path below a mount: plain segments, no '.' or '..' (a subPath must
 # not contain '..', and a model path must not leave the read-only models mount).
-_RELATIVE_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+_RELATIVE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 
+# An absolute path on a file server, e.g. an NFS export.
+_ABSOLUTE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))/([A-Za-z0-9._-]+/?)*$")
 
 # Kubernetes minor version, as the schema files are named: '1.34'.
 _KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
@@ -58,73 +57,67 @@ _KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
 # Slurm PartitionName: a word Slurm accepts and shells need not quote.
 _PARTITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
+# A host name (dotted DNS labels, any case) or an IPv4/IPv6 address.
+_HOST = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*|[0-9A-Fa-f:.]+)$")
 
-def _dns_label(value: str) -> str:
-    if not is_dns_label(value):
-        raise ValueError(
-            "must be a DNS-1123 label: lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit, at most 63 characters"
-        )
-    return value
+# A MySQL user or database name that needs no quoting.
+_SQL_NAME = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 
+# A DNS subdomain: dot-separated DNS-1123 labels (StorageClass and CSI driver names).
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-def _quantity(value: str) -> str:
-    if not _QUANTITY.match(value):
-        raise ValueError("must be a Kubernetes quantity such as '4Gi', '500m' or '2'")
-    return value
+# Free text that must stay on one line (CSI handles and attributes).
+_SINGLE_LINE = re.compile(r"^[^\s]+$")
 
 
-def _image(value: str) -> str:
-    if not _IMAGE.match(value):
-        raise ValueError("must be an image reference such as 'registry/name:tag'")
-    return value
+def is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
 
 
-def _label_key(value: str) -> str:
-    if len(value) > 253 or not _LABEL_KEY.match(value):
-        raise ValueError("must be a Kubernetes label key such as 'example.com/pool'")
-    return value
+def _matching(pattern: re.Pattern[str], message: str, max_length: int = 253) -> AfterValidator:
+    """A validator that accepts values matching ``pattern`` (at most ``max_length`` long)."""
+
+    def check(value: str) -> str:
+        if len(value) > max_length or not pattern.match(value):
+            raise ValueError(message)
+        return value
+
+    return AfterValidator(check)
 
 
-def _label_value(value: str) -> str:
-    if not _LABEL_VALUE.match(value):
-        raise ValueError("must be a Kubernetes label value (63 characters of [A-Za-z0-9_.-])")
-    return value
-
-
-def _relative_path(value: str) -> str:
-    if not _RELATIVE_PATH.match(value) or any(part in (".", "..") for part in value.split("/")):
-        raise ValueError("must be a relative path such as 'org/model', without '.' or '..' segments")
-    return value
-
-
-def _kubernetes_minor(value: str) -> str:
-    if not _KUBERNETES_MINOR.match(value):
-        raise ValueError("must be a Kubernetes minor version such as '1.34' (no 'v', no patch)")
-    return value
-
-
-def _partition_name(value: str) -> str:
-    if not _PARTITION_NAME.match(value):
-        raise ValueError("must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters")
-    return value
-
-
-def _slurm_time(value: str) -> str:
-    if not _SLURM_TIME.match(value):
-        raise ValueError("must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'")
-    return value
-
-
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-Quantity = Annotated[str, AfterValidator(_quantity)]
-ImageRef = Annotated[str, AfterValidator(_image)]
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
-SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
-RelativePath = Annotated[str, AfterValidator(_relative_path)]
-KubernetesMinor = Annotated[str, AfterValidator(_kubernetes_minor)]
-PartitionName = Annotated[str, AfterValidator(_partition_name)]
+DnsLabel = Annotated[
+    str,
+    _matching(
+        _DNS1123_LABEL,
+        "must be a DNS-1123 label: lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit, at most 63 characters",
+        max_length=63,
+    ),
+]
+Quantity = Annotated[str, _matching(_QUANTITY, "must be a Kubernetes quantity such as '4Gi', '500m' or '2'")]
+ImageRef = Annotated[str, _matching(_IMAGE, "must be an image reference such as 'registry/name:tag'", max_length=512)]
+LabelKey = Annotated[str, _matching(_LABEL_KEY, "must be a Kubernetes label key such as 'example.com/pool'")]
+LabelValue = Annotated[str, _matching(_LABEL_VALUE, "must be a Kubernetes label value (63 characters of [A-Za-z0-9_.-])")]
+SlurmTime = Annotated[str, _matching(_SLURM_TIME, "must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'")]
+RelativePath = Annotated[
+    str, _matching(_RELATIVE_PATH, "must be a relative path such as 'org/model', without '.' or '..' segments", 1024)
+]
+AbsolutePath = Annotated[
+    str, _matching(_ABSOLUTE_PATH, "must be an absolute path such as '/export/shared', without '.' or '..' segments", 1024)
+]
+KubernetesMinor = Annotated[
+    str, _matching(_KUBERNETES_MINOR, "must be a Kubernetes minor version such as '1.34' (no 'v', no patch)")
+]
+PartitionName = Annotated[
+    str, _matching(_PARTITION_NAME, "must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters")
+]
+HostName = Annotated[str, _matching(_HOST, "must be a host name or an IP address")]
+SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters")]
+DnsSubdomain = Annotated[str, _matching(_DNS_SUBDOMAIN, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
+CsiDriverName = Annotated[
+    str, _matching(_DNS_SUBDOMAIN, "must be a CSI driver name such as 'lustre.csi.hpe.com' (at most 63 characters)", 63)
+]
+SingleLine = Annotated[str, _matching(_SINGLE_LINE, "must be one word without spaces or line breaks", 1024)]
 
 
 def image_is_pinned(reference: str) -> bool:

@@ -43,12 +43,14 @@ def test_in_cluster_mariadb_statefulset_with_its_own_claim_and_service():
 def test_mariadb_password_comes_from_the_secret_never_a_literal():
     rendered = render_stack("dev")
     secret = _password_secret(rendered)
-    env = {e["name"]: e for e in container(rendered.named("StatefulSet", "mariadb"), "mariadb")["env"]}
-    assert env["MARIADB_PASSWORD"] == {
-        "name": "MARIADB_PASSWORD",
-        "valueFrom": {"secretKeyRef": {"name": secret.name, "key": "password"}},
-    }
-    assert "value" not in env["MARIADB_PASSWORD"]
+    statefulset = rendered.named("StatefulSet", "mariadb")
+    mariadb = container(statefulset, "mariadb")
+    env = {e["name"]: e for e in mariadb["env"]}
+    assert "MARIADB_PASSWORD" not in env
+    assert env["MARIADB_PASSWORD_FILE"]["value"] == "/run/secrets/db/password"
+    volumes = {v["name"]: v for v in statefulset.manifest["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["db-password"]["secret"]["secretName"] == secret.name
+    assert {"name": "db-password", "mountPath": "/run/secrets/db", "readOnly": True} in mariadb["volumeMounts"]
     assert env["MARIADB_USER"]["value"] == "slurm" and env["MARIADB_DATABASE"]["value"] == "slurm_acct_db"
     assert "MARIADB_ROOT_PASSWORD" not in env
 
@@ -64,7 +66,11 @@ def test_password_is_generated_and_only_in_its_secret():
 def test_slurmdbd_reads_the_in_cluster_password_secret():
     rendered = render_stack("dev")
     source = volume(_slurmdbd(rendered), "db-password")["secret"]
-    assert source == {"secretName": _password_secret(rendered).name, "items": [{"key": "password", "path": "password"}]}
+    assert source == {
+        "secretName": _password_secret(rendered).name,
+        "items": [{"key": "password", "path": "password"}],
+        "defaultMode": 0o440,
+    }
     assert "StorageHost=mariadb.slurm.svc.cluster.local" in _slurmdbd_conf(rendered).splitlines()
 
 
@@ -133,7 +139,11 @@ def test_external_database_has_no_mariadb_and_no_generated_password():
 def test_external_password_comes_from_the_secret_named_in_config():
     rendered = render_stack("prod")
     source = volume(_slurmdbd(rendered), "db-password")["secret"]
-    assert source == {"secretName": "slurmdbd-database", "items": [{"key": "password", "path": "password"}]}
+    assert source == {
+        "secretName": "slurmdbd-database",
+        "items": [{"key": "password", "path": "password"}],
+        "defaultMode": 0o440,
+    }
     conf = _slurmdbd_conf(rendered).splitlines()
     assert "StorageHost=slurm-acct.db.prod.internal" in conf
     assert "StoragePort=3306" in conf and "StorageUser=slurm" in conf and "StorageLoc=slurm_acct_db" in conf
@@ -145,7 +155,7 @@ def test_external_secret_key_is_honoured():
 
     rendered = render_raw(variant("prod", other_key))
     source = volume(_slurmdbd(rendered), "db-password")["secret"]
-    assert source == {"secretName": "acct-db", "items": [{"key": "mysql-pass", "path": "mysql-pass"}]}
+    assert source == {"secretName": "acct-db", "items": [{"key": "mysql-pass", "path": "mysql-pass"}], "defaultMode": 0o440}
     assert "/db-password/mysql-pass" in container(_slurmdbd(rendered), "slurmdbd-conf")["command"][-1]
 
 

@@ -298,11 +298,6 @@ def test_a_misspelt_key_is_rejected_with_a_suggestion():
     assert check(raw) == "rejected"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config/loader.py _path writes keys verbatim: a key with a newline or leading blank breaks "
-    "the one-line '<path>: <what> (got <value>)' format (fix: quote such keys, e.g. repr)",
-)
 @pytest.mark.parametrize("key", ["a\nb", " x", "\t"], ids=repr)
 def test_unprintable_keys_are_reported_on_one_clear_line(key):
     raw = copy.deepcopy(RAW["dev"])
@@ -310,11 +305,6 @@ def test_unprintable_keys_are_reported_on_one_clear_line(key):
     assert check(raw) == "rejected"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config/models.py ExternalDatabase.host/user/name are free text: a newline is accepted and "
-    "injects a line into slurmdbd.conf (fix: a pattern without whitespace on those fields)",
-)
 @pytest.mark.parametrize("field", ["host", "user", "name"])
 def test_text_that_lands_in_slurm_files_cannot_inject_lines(field):
     raw = copy.deepcopy(RAW["prod"])
@@ -331,10 +321,9 @@ BAD_FILES = {
 }
 
 
-# Files that still escape load_stack_file's error handling as a traceback: Python's
-# int() digit limit (ValueError) and a non-UTF-8 file (UnicodeDecodeError, also a
-# ValueError). Fix in config/loader.py: catch ValueError alongside OSError/YAMLError.
-LOADER_GAPS = {
+# Files whose reading fails inside YAML or Python rather than in the models: Python's
+# int() digit limit (ValueError) and a non-UTF-8 file (UnicodeDecodeError).
+UNREADABLE_FILES = {
     "huge-integer": "config:\n  dualsched:pools:\n    - name: a\n      nodes: a-1\n      cpus: " + "9" * 5000 + "\n",
     "not-utf8": b"config:\n  dualsched:slurm: \xff\xfe\n",
 }
@@ -352,13 +341,12 @@ def _render_bad_file(tmp_path: Path, content: Any) -> subprocess.CompletedProces
     )
 
 
-@pytest.mark.xfail(strict=True, reason="config/loader.py load_stack_file lets ValueError through (see LOADER_GAPS)")
-@pytest.mark.parametrize("name", sorted(LOADER_GAPS))
+@pytest.mark.parametrize("name", sorted(UNREADABLE_FILES))
 def test_unreadable_stack_files_are_a_clear_message(tmp_path, name):
     from config import load_stack_file
 
     bad = tmp_path / "bad.yaml"
-    content = LOADER_GAPS[name]
+    content = UNREADABLE_FILES[name]
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ConfigError):
         load_stack_file(bad)

@@ -299,7 +299,7 @@ def test_invalid_config_is_rejected_naming_the_path(case: Invalid):
 
 def test_several_problems_are_all_reported_at_once(dev_raw):
     dev_raw["pools"][0]["slurmGpus"] = 8
-    dev_raw["storage"]["nfs"]["path"] = "export/shared"
+    del dev_raw["storage"]["nfs"]["server"]
     dev_raw["inference"]["namespace"] = "slurm"
     dev_raw["slurm"]["controller"]["ha"] = True
 
@@ -308,7 +308,7 @@ def test_several_problems_are_all_reported_at_once(dev_raw):
     assert sorted(problem.path for problem in error.problems) == sorted([
         "pools[0].slurmGpus",
         "inference.models[0].gpus",  # slurmGpus 8 leaves inference no GPUs
-        "storage.nfs.path",
+        "storage.nfs.server",
         "inference.namespace",
         "slurm.controller.stateStorage.accessMode",
     ])

@@ -8,6 +8,8 @@
 #   tools/cluster.sh down              stop all processes (pid files) and remove the state dir
 #   tools/cluster.sh status            show process / API / node status (exit 1 if not running)
 #   tools/cluster.sh env               print `export KUBECONFIG=...` for eval
+#   tools/cluster.sh smoke             prove it works: Deployment + DaemonSet on the pool nodes,
+#                                      NFS PV/PVC Bound, privileged pod rejected by PodSecurity
 #
 # State: ${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}  (kubeconfig, pki, logs, pids, etcd data)
 # Ports (env): DUALSCHED_APISERVER_PORT (6443), DUALSCHED_ETCD_PORT (23790, peer = +1),
@@ -193,6 +195,8 @@ print(json.dumps(doc) if doc["items"] else "")' "$DIR/nodes.json" "$have")
   fi
 }
 
+sa_ready() { kc get serviceaccount default -n default -o name >/dev/null 2>&1; }
+
 nodes_ready() {
   local n ok=0 total=0
   for n in $(cat "$DIR/nodes.txt"); do
@@ -266,7 +270,7 @@ cmd_up() {
 
   create_nodes "$nodes_file"
   wait_for 120 "nodes Ready ($(cat "$DIR/nodes.txt"))" nodes_ready
-  wait_for 120 "default service account" kc get serviceaccount default -n default -o name
+  wait_for 120 "default service account" sa_ready
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" || die "$c exited; see $DIR/logs/$c.log"; done
   log "up in $(( $(date +%s) - t0 ))s: https://127.0.0.1:$API_PORT, nodes Ready: $(cat "$DIR/nodes.txt")"
   log "export KUBECONFIG=$KUBECONFIG_FILE"
@@ -304,10 +308,93 @@ cmd_status() {
   return $rc
 }
 
+cmd_smoke() { # needs nodes with dualsched.io/pool=gpu and =cpu (the dev nodes file)
+  api_healthy || die "cluster not running"
+  local ns=dualsched-smoke rns=dualsched-smoke-restricted ok=1
+  kc delete ns "$ns" "$rns" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+  kc delete pv dualsched-smoke-pv --ignore-not-found >/dev/null 2>&1 || true
+  kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $ns}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: $rns, labels: {pod-security.kubernetes.io/enforce: restricted}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: smoke-gpu, namespace: $ns}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: smoke-gpu}}
+  template:
+    metadata: {labels: {app: smoke-gpu}}
+    spec:
+      nodeSelector: {dualsched.io/pool: gpu}
+      containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: smoke-cpu, namespace: $ns}
+spec:
+  selector: {matchLabels: {app: smoke-cpu}}
+  template:
+    metadata: {labels: {app: smoke-cpu}}
+    spec:
+      nodeSelector: {dualsched.io/pool: cpu}
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: dualsched-smoke-pv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: smoke
+  nfs: {server: nfs.invalid, path: /exports/smoke}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: smoke-pvc, namespace: $ns}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: smoke
+  resources: {requests: {storage: 1Gi}}
+EOF
+  if ! kc -n "$ns" rollout status deploy/smoke-gpu --timeout=90s >/dev/null ||
+     ! kc -n "$ns" rollout status ds/smoke-cpu --timeout=90s >/dev/null; then
+    log "FAIL: workloads not ready"; ok=0
+  fi
+  local pod node pool
+  while read -r pod node; do
+    pool=$(kc get node "$node" -o jsonpath='{.metadata.labels.dualsched\.io/pool}')
+    log "pod $pod Running on $node (pool=$pool)"
+    case "$pod" in smoke-gpu*) [ "$pool" = gpu ] || ok=0 ;; smoke-cpu*) [ "$pool" = cpu ] || ok=0 ;; esac
+  done < <(kc -n "$ns" get pods --field-selector=status.phase=Running \
+             -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}')
+  SMOKE_NS=$ns wait_for 60 "PVC Bound" pvc_bound
+  log "PVC smoke-pvc Bound to PV $(kc -n "$ns" get pvc smoke-pvc -o jsonpath='{.spec.volumeName}')"
+  if kc -n "$rns" run priv --image=busybox --restart=Never \
+      --overrides='{"spec":{"containers":[{"name":"priv","image":"busybox","securityContext":{"privileged":true}}]}}' \
+      >/dev/null 2>"$DIR/smoke-psa.err"; then
+    log "FAIL: privileged pod was admitted in $rns"; ok=0
+  elif grep -q 'violates PodSecurity' "$DIR/smoke-psa.err"; then
+    log "privileged pod rejected: $(grep -o 'violates PodSecurity "[^"]*"' "$DIR/smoke-psa.err" | head -1)"
+  else
+    log "FAIL: privileged pod failed for another reason: $(cat "$DIR/smoke-psa.err")"; ok=0
+  fi
+  kc delete ns "$ns" "$rns" --wait=false >/dev/null; kc delete pv dualsched-smoke-pv --wait=false >/dev/null
+  if [ $ok = 1 ]; then log "smoke: OK"; else log "smoke: FAILED"; return 1; fi
+}
+
+pvc_bound() { [ "$(kc -n "$SMOKE_NS" get pvc smoke-pvc -o jsonpath='{.status.phase}' 2>/dev/null)" = Bound ]; }
+
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) echo "export KUBECONFIG=$KUBECONFIG_FILE" ;;
-  *) echo "usage: $0 up [NODES_FILE] | down | status | env" >&2; exit 2 ;;
+  smoke) cmd_smoke ;;
+  *) echo "usage: $0 up [NODES_FILE] | down | status | env | smoke" >&2; exit 2 ;;
 esac

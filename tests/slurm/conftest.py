@@ -77,17 +77,22 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def cluster(local_cluster: LocalCluster) -> LocalCluster:
+def cluster(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
     """The session's cluster, whole again and quiet: every daemon up, no job running, node idle."""
-    if "slurmdbd" not in local_cluster.daemons:
-        local_cluster.start_slurmdbd()
-    if "slurmctld" not in local_cluster.daemons:
-        local_cluster.start_slurmctld()
-    if "slurmd" not in local_cluster.daemons:
-        local_cluster.start_slurmd()
+    for name, start in (
+        ("slurmdbd", local_cluster.start_slurmdbd),
+        ("slurmctld", local_cluster.start_slurmctld),
+        ("slurmd", local_cluster.start_slurmd),
+    ):
+        daemon = local_cluster.daemons.get(name)
+        if daemon is None or not daemon.alive():  # an earlier test stopped it, or it died
+            local_cluster.daemons.pop(name, None)
+            start()
     wait_until("earlier tests' jobs to finish", lambda: not local_cluster.active_job_ids(), WAIT)
     local_cluster.wait_for_node_state(LOCAL_NODE, "IDLE")
-    return local_cluster
+    yield local_cluster
+    # A failed test may leave held jobs behind: let them finish.
+    local_cluster.release_all()
 
 
 @pytest.fixture

@@ -651,6 +651,11 @@ class LocalCluster(SlurmClient):
     def release(self, job_id: int) -> None:
         (self.root / f"release-{job_id}").touch()
 
+    def release_all(self) -> None:
+        if self.daemons.get("slurmctld") and self.daemons["slurmctld"].alive():
+            for job_id in self.active_job_ids():
+                self.release(job_id)
+
     def job_output(self, job_id: int) -> str:
         return (self.root / f"job-{job_id}.out").read_text()
 
