@@ -51,24 +51,39 @@ kc() { "$(bin_of kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 pid_alive() { local f="$DIR/pids/$1.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
+etcd_healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null 2>/dev/null; }
+
 api_healthy() {
   [ -f "$DIR/pki/admin.crt" ] || return 1
   curl -fsS --max-time 3 --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
 }
 
-wait_for() { # wait_for SECONDS DESCRIPTION CMD...
+wait_for() { # wait_for SECONDS DESCRIPTION CMD...   (fails fast if a started component died)
   local secs=$1 what=$2; shift 2
-  local end=$(( $(date +%s) + secs ))
+  local end=$(( $(date +%s) + secs )) c
   until "$@"; do
+    for c in "${COMPONENTS[@]}"; do
+      if [ -f "$DIR/pids/$c.pid" ] && ! pid_alive "$c"; then
+        tail -n 5 "$DIR/logs/$c.log" >&2 || true
+        die "$c exited while waiting for $what (log: $DIR/logs/$c.log; port in use by another cluster?)"
+      fi
+    done
     if [ "$(date +%s)" -ge "$end" ]; then die "timed out after ${secs}s waiting for $what (logs: $DIR/logs)"; fi
     sleep 1
   done
 }
 
-start_proc() { # start_proc NAME CMD...
-  local name=$1; shift
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_proc() { # start_proc NAME [PORT...] -- CMD...   (refuses to start if a PORT is taken)
+  local name=$1 port; shift
+  local ports=()
+  while [ "$1" != "--" ]; do ports+=("$1"); shift; done; shift
   if pid_alive "$name"; then log "$name already running (pid $(cat "$DIR/pids/$name.pid"))"; return; fi
+  for port in "${ports[@]}"; do
+    port_busy "$port" && die "cannot start $name: 127.0.0.1:$port is already in use (another cluster with a different DUALSCHED_CLUSTER_DIR? change the DUALSCHED_*_PORT variables)"
+  done
   log "starting $name"
   setsid nohup "$@" >"$DIR/logs/$name.log" 2>&1 < /dev/null &
   echo $! >"$DIR/pids/$name.pid"
@@ -111,6 +126,23 @@ extendedKeyUsage=clientAuth'
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     chmod 600 ./*.key
     touch .done
+  )
+}
+
+# front-proxy (request-header) CA + client cert: lets components/aggregated APIs trust the
+# apiserver's proxied requests (and silences "missing content for CA bundle requestheader").
+gen_front_proxy_pki() {
+  local p="$DIR/pki"
+  [ -f "$p/front-proxy-client.crt" ] && return
+  (
+    cd "$p"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout front-proxy-ca.key -out front-proxy-ca.crt -days 3650 \
+      -subj "/CN=dualsched-front-proxy-ca" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
+      -subj "/CN=front-proxy-client" 2>/dev/null
+    openssl x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key \
+      -CAcreateserial -out front-proxy-client.crt -days 3650 -extfile client.ext 2>/dev/null
+    rm -f front-proxy-client.csr; chmod 600 ./*.key
   )
 }
 
@@ -218,20 +250,21 @@ cmd_up() {
   fi
   mkdir -p "$DIR"/{logs,pids,etcd}
   gen_pki
+  gen_front_proxy_pki
   local p="$DIR/pki"
   write_kubeconfig "$KUBECONFIG_FILE" admin dualsched-admin
   write_kubeconfig "$DIR/controller-manager.kubeconfig" controller-manager system:kube-controller-manager
   write_kubeconfig "$DIR/scheduler.kubeconfig" scheduler system:kube-scheduler
   write_kubeconfig "$DIR/kwok.kubeconfig" kwok kwok-controller
 
-  start_proc etcd "$(bin_of etcd)" --name dualsched --data-dir "$DIR/etcd" \
+  start_proc etcd "$ETCD_PORT" "$ETCD_PEER_PORT" -- "$(bin_of etcd)" --name dualsched --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "dualsched=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
     --unsafe-no-fsync --log-level warn
-  wait_for 60 "etcd" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null
+  wait_for 60 "etcd" etcd_healthy
 
-  start_proc kube-apiserver "$(bin_of kube-apiserver)" \
+  start_proc kube-apiserver "$API_PORT" -- "$(bin_of kube-apiserver)" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
@@ -243,10 +276,15 @@ cmd_up() {
     --authorization-mode RBAC \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,PodSecurity,Priority,ResourceQuota,StorageObjectInUseProtection,PersistentVolumeClaimResize,RuntimeClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
     --allow-privileged=true \
+    --requestheader-client-ca-file "$p/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$p/front-proxy-client.crt" --proxy-client-key-file "$p/front-proxy-client.key" \
+    --endpoint-reconciler-type none \
     --profiling=false --v 1
   wait_for 120 "kube-apiserver /readyz" api_healthy
 
-  start_proc kube-controller-manager "$(bin_of kube-controller-manager)" \
+  start_proc kube-controller-manager "$KCM_PORT" -- "$(bin_of kube-controller-manager)" \
     --kubeconfig "$DIR/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$DIR/controller-manager.kubeconfig" \
@@ -255,13 +293,13 @@ cmd_up() {
     --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
     --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR" \
     --controllers '*' --leader-elect=false --profiling=false --v 1
-  start_proc kube-scheduler "$(bin_of kube-scheduler)" \
+  start_proc kube-scheduler "$SCHED_PORT" -- "$(bin_of kube-scheduler)" \
     --kubeconfig "$DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig "$DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" \
     --leader-elect=false --profiling=false --v 1
-  start_proc kwok "$(bin_of kwok)" \
+  start_proc kwok -- "$(bin_of kwok)" \
     --kubeconfig "$DIR/kwok.kubeconfig" \
     --config "$HERE/kwok/stages.yaml" \
     --manage-all-nodes=false \

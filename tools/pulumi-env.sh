@@ -35,14 +35,17 @@ export KUBECONFIG="${KUBECONFIG:-${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched
 # Install the built provider plugins into the Pulumi plugin cache ($PULUMI_HOME/plugins) at the
 # exact versions the pinned Python packages ask for (idempotent; only copies what differs).
 dualsched_install_plugins() {
-  local name ver bin dst
+  local name ver bin dst spec
   for spec in "kubernetes $PULUMI_K8S_PROVIDER_VERSION $DUALSCHED_PULUMI_KUBERNETES_BIN" \
               "random $PULUMI_RANDOM_PROVIDER_VERSION $DUALSCHED_PULUMI_RANDOM_BIN"; do
     read -r name ver bin <<<"$spec"
     if [ ! -x "$bin" ]; then echo "[pulumi-env] $bin not built: run tools/build-tools.sh" >&2; return 1; fi
     dst="${PULUMI_HOME:-$HOME/.pulumi}/plugins/resource-$name-v$ver/pulumi-resource-$name"
     if [ -f "$dst" ] && cmp -s "$bin" "$dst"; then continue; fi
-    pulumi plugin install resource "$name" "$ver" --file "$bin" --reinstall >/dev/null || return 1
+    local out
+    if ! out=$(pulumi plugin install resource "$name" "$ver" --file "$bin" --reinstall 2>&1); then
+      echo "$out" >&2; return 1
+    fi
   done
 }
 if command -v pulumi >/dev/null 2>&1; then
