@@ -53,16 +53,17 @@ checkov:
 	scripts/install-checkov.sh
 
 ## Tests
-test-unit: venv
+test-unit: venv checkov
 	$(PY) -m pytest -m "not slurm and not e2e"
 
 test-slurm: venv slurm-deps
 	$(PY) -m pytest -m slurm tests/slurm
 
-test-e2e: venv tools cluster
+# the e2e tier starts (and stops) its own private cluster: it never touches `make up`'s
+test-e2e: venv tools
 	$(PY) -m pytest -m e2e tests/e2e
 
-test: venv slurm-deps checkov tools cluster
+test: venv slurm-deps checkov tools
 	$(PY) -m pytest
 
 bench: venv

@@ -335,12 +335,17 @@ TOOLS=("$@"); [ ${#TOOLS[@]} -gt 0 ] || TOOLS=("${ALL_TOOLS[@]}")
 JOBS="${DUALSCHED_TOOLS_JOBS:-2}"
 failed=()
 
+# Tools built from our own sources (tools/gosrc/<tool>): a cached binary built from other
+# sources than the checkout's is stale (the cache key is only the version), so it is rebuilt.
+src_hash() { [ -d "$HERE/gosrc/$1" ] && cat "$HERE/gosrc/$1"/*.go | sha256sum | cut -c1-16; }
+src_current() { local h; h=$(src_hash "$1") || return 0; [ "$(cat "$(tool_bindir "$1")/.src-hash" 2>/dev/null)" = "$h" ]; }
+
 build_list() { # build_list LANE TOOL... : sequential builds, progress "(i/n)"
   local lane=$1; shift
   local n=$# i=0 t v bin logf start secs rc=0
   for t in "$@"; do
     i=$((i + 1)); v=$(tool_version "$t"); bin="$(tool_bindir "$t")/$t"
-    if [ "$FORCE" != 1 ] && [ -x "$bin" ]; then log "ok       $t $v ($lane$i/$n, cached)"; continue; fi
+    if [ "$FORCE" != 1 ] && [ -x "$bin" ] && src_current "$t"; then log "ok       $t $v ($lane$i/$n, cached)"; continue; fi
     if [ "$FORCE" != 1 ] && reuse_from_path "$t"; then continue; fi
     logf="$LOGS/$t-$v.log"
     log "building $t $v ($lane$i/$n)... (log: $logf)"
@@ -348,6 +353,7 @@ build_list() { # build_list LANE TOOL... : sequential builds, progress "(i/n)"
     if (build_one "$t") >"$logf" 2>&1 && [ -x "$bin" ]; then
       secs=$(( $(date +%s) - start ))
       log "built    $t $v in ${secs}s"
+      if h=$(src_hash "$t"); then echo "$h" >"$(tool_bindir "$t")/.src-hash"; fi
       echo "$(date -u +%FT%TZ) $t $v ${secs}s" >>"$CACHE/build-times.log"
     else
       rm -f "$bin"

@@ -8,8 +8,15 @@
 #   tools/cluster.sh down              stop all processes (pid files) and remove the state dir
 #   tools/cluster.sh status            show process / API / node status (exit 1 if not running)
 #   tools/cluster.sh env               print `export KUBECONFIG=...` for eval
-#   tools/cluster.sh smoke             prove it works: Deployment + DaemonSet on the pool nodes,
+#   tools/cluster.sh pvs               top up the class-less static PVs (see Storage below; `up` does it too)
+#   tools/cluster.sh smoke             prove it works: Deployment + DaemonSet on the GPU/CPU nodes,
 #                                      NFS PV/PVC Bound, privileged pod rejected by PodSecurity
+#
+# Storage: there is no dynamic provisioner and no default StorageClass. `up` keeps
+# DUALSCHED_LOCAL_PVS (default 4) class-less static PVs Available (hostPath under $DIR/volumes,
+# ReadWriteOnce, 50Gi, reclaim Retain, label dualsched.io/local-pv=true): a claim without a
+# storageClassName binds to such a PV when the cluster has no default class. Released PVs are
+# never reused (Retain); the next `up` tops the pool up with new ones.
 #
 # State: ${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}  (kubeconfig, pki, logs, pids, etcd data)
 # Ports (env): DUALSCHED_APISERVER_PORT (6443), DUALSCHED_ETCD_PORT (23790, peer = +1),
@@ -227,6 +234,34 @@ print(json.dumps(doc) if doc["items"] else "")' "$DIR/nodes.json" "$have")
   fi
 }
 
+# Keep $LOCAL_PVS class-less static PVs Available for claims without a storageClassName
+# (controller state, accounting database): no default StorageClass + storageClassName "" on the PV.
+LOCAL_PVS="${DUALSCHED_LOCAL_PVS:-4}"
+ensure_local_pvs() {
+  local available last n name added=""
+  available=$(kc get pv -l dualsched.io/local-pv=true \
+    -o jsonpath='{range .items[?(@.status.phase=="Available")]}{.metadata.name}{"\n"}{end}' | grep -c . || true)
+  last=$(kc get pv -l dualsched.io/local-pv=true -o name | sed -n 's#.*/local-pv-0*##p' | sort -n | tail -1)
+  n=${last:-0}
+  while [ "$available" -lt "$LOCAL_PVS" ]; do
+    n=$((n + 1)); name=$(printf 'local-pv-%03d' "$n")
+    mkdir -p "$DIR/volumes/$name"
+    kc create -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $name, labels: {dualsched.io/local-pv: "true"}}
+spec:
+  capacity: {storage: 50Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: $DIR/volumes/$name, type: DirectoryOrCreate}
+EOF
+    available=$((available + 1)); added+=" $name"
+  done
+  if [ -n "$added" ]; then log "created class-less static PVs:$added"; fi
+}
+
 sa_ready() { kc get serviceaccount default -n default -o name >/dev/null 2>&1; }
 
 nodes_ready() {
@@ -309,6 +344,7 @@ cmd_up() {
   create_nodes "$nodes_file"
   wait_for 120 "nodes Ready ($(cat "$DIR/nodes.txt"))" nodes_ready
   wait_for 120 "default service account" sa_ready
+  ensure_local_pvs
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" || die "$c exited; see $DIR/logs/$c.log"; done
   log "up in $(( $(date +%s) - t0 ))s: https://127.0.0.1:$API_PORT, nodes Ready: $(cat "$DIR/nodes.txt")"
   log "export KUBECONFIG=$KUBECONFIG_FILE"
@@ -346,7 +382,7 @@ cmd_status() {
   return $rc
 }
 
-cmd_smoke() { # needs nodes with dualsched.io/pool=gpu and =cpu (the dev nodes file)
+cmd_smoke() { # needs GPU nodes (nvidia.com/gpu.present=true) and CPU nodes (node-role.kubernetes.io/cpu)
   api_healthy || die "cluster not running"
   local ns=dualsched-smoke rns=dualsched-smoke-restricted ok=1
   kc delete ns "$ns" "$rns" --ignore-not-found --wait=true >/dev/null 2>&1 || true
@@ -369,7 +405,7 @@ spec:
   template:
     metadata: {labels: {app: smoke-gpu}}
     spec:
-      nodeSelector: {dualsched.io/pool: gpu}
+      nodeSelector: {nvidia.com/gpu.present: "true"}
       containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
 ---
 apiVersion: apps/v1
@@ -380,7 +416,7 @@ spec:
   template:
     metadata: {labels: {app: smoke-cpu}}
     spec:
-      nodeSelector: {dualsched.io/pool: cpu}
+      nodeSelector: {node-role.kubernetes.io/cpu: ""}
       containers: [{name: c, image: busybox}]
 ---
 apiVersion: v1
@@ -404,11 +440,11 @@ EOF
      ! kc -n "$ns" rollout status ds/smoke-cpu --timeout=90s >/dev/null; then
     log "FAIL: workloads not ready"; ok=0
   fi
-  local pod node pool
+  local pod node gpus
   while read -r pod node; do
-    pool=$(kc get node "$node" -o jsonpath='{.metadata.labels.dualsched\.io/pool}')
-    log "pod $pod Running on $node (pool=$pool)"
-    case "$pod" in smoke-gpu*) [ "$pool" = gpu ] || ok=0 ;; smoke-cpu*) [ "$pool" = cpu ] || ok=0 ;; esac
+    gpus=$(kc get node "$node" -o jsonpath='{.status.capacity.nvidia\.com/gpu}')
+    log "pod $pod Running on $node (nvidia.com/gpu=${gpus:-0})"
+    case "$pod" in smoke-gpu*) [ -n "$gpus" ] || ok=0 ;; smoke-cpu*) [ -z "$gpus" ] || ok=0 ;; esac
   done < <(kc -n "$ns" get pods --field-selector=status.phase=Running \
              -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}')
   SMOKE_NS=$ns wait_for 60 "PVC Bound" pvc_bound
@@ -434,5 +470,6 @@ case "${1:-}" in
   status) cmd_status ;;
   env) echo "export KUBECONFIG=$KUBECONFIG_FILE" ;;
   smoke) cmd_smoke ;;
-  *) echo "usage: $0 up [NODES_FILE] | down | status | env | smoke" >&2; exit 2 ;;
+  pvs) api_healthy || die "cluster not running"; ensure_local_pvs ;;
+  *) echo "usage: $0 up [NODES_FILE] | down | status | env | smoke | pvs" >&2; exit 2 ;;
 esac

@@ -6,9 +6,15 @@
 // against github.com/pulumi/pulumi/sdk/v3 (python/toolchain does the venv/pip work).
 // It runs programs through the upstream `pulumi-language-python-exec` script (shipped in the
 // sdk/v3 module and installed next to this binary) exactly like the upstream host does, and
-// implements: Handshake, GetRequiredPlugins/Packages, Run, GetPluginInfo,
+// implements: Handshake, GetRequiredPlugins/Packages, Run, RunPlugin, GetPluginInfo,
 // InstallDependencies, About, GetProgramDependencies, RuntimeOptionsPrompts, Template.
-// Code generation (GenerateProgram/Project/Package), RunPlugin and Pack are not implemented.
+// Code generation (GenerateProgram/Project/Package) and Pack are not implemented.
+//
+// RunPlugin matters for policy packs: since Pulumi v3.1xx the engine runs a Python policy pack
+// through the language host's RunPlugin (kind "analyzer") whenever a python language host is
+// installed, and the old `pulumi-analyzer-policy-python` script is no longer in sdk/v3 (its last
+// copy under python/dist/ is in v3.215.0). RunPlugin does what that script did:
+// `python -u -m pulumi.policy <engine address> <pack dir>` in the pack directory.
 package main
 
 import (
@@ -326,6 +332,87 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 		return &pulumirpc.RunResponse{Error: fmt.Sprintf("problem executing program (could not run language executor): %v", err)}, nil
 	}
 	return &pulumirpc.RunResponse{}, nil
+}
+
+// pluginStream sends a plugin's stdout/stderr to the engine (one Send at a time: gRPC streams
+// are not safe for concurrent sends, and exec copies stdout and stderr in two goroutines).
+type pluginStream struct {
+	mu  sync.Mutex
+	srv grpc.ServerStreamingServer[pulumirpc.RunPluginResponse]
+}
+
+func (s *pluginStream) send(r *pulumirpc.RunPluginResponse) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv.Send(r)
+}
+
+type pluginWriter struct {
+	s      *pluginStream
+	stderr bool
+}
+
+func (w pluginWriter) Write(p []byte) (int, error) {
+	b := append([]byte(nil), p...)
+	r := &pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Stdout{Stdout: b}}
+	if w.stderr {
+		r.Output = &pulumirpc.RunPluginResponse_Stderr{Stderr: b}
+	}
+	if err := w.s.send(r); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// RunPlugin runs a plugin written in Python: a policy pack (kind "analyzer") as
+// `python -u -m pulumi.policy <args...> <pack dir>`, anything else as `python -u <dir> <args...>`,
+// with the python of the plugin's runtime options (virtualenv) or python3 from PATH.
+func (h *host) RunPlugin(req *pulumirpc.RunPluginRequest, srv grpc.ServerStreamingServer[pulumirpc.RunPluginResponse]) error {
+	info := req.GetInfo()
+	if info == nil {
+		info = &pulumirpc.ProgramInfo{RootDirectory: req.GetPwd(), ProgramDirectory: req.GetPwd(), EntryPoint: req.GetProgram()}
+	}
+	dir := info.GetProgramDirectory()
+	if dir == "" {
+		dir = req.GetPwd()
+	}
+	tc, err := resolveToolchain(info)
+	if err != nil {
+		return err
+	}
+	var args []string
+	if req.GetKind() == "analyzer" {
+		args = append([]string{"-u", "-m", "pulumi.policy"}, req.GetArgs()...)
+		args = append(args, dir)
+	} else {
+		program := dir
+		if ep := info.GetEntryPoint(); ep != "" && ep != "." {
+			program = filepath.Join(dir, ep)
+		}
+		args = append([]string{"-u", program}, req.GetArgs()...)
+	}
+	cmd, err := tc.Command(srv.Context(), args...)
+	if err != nil {
+		return err
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env, req.GetEnv()...)
+	cmd.Dir = dir
+	stream := &pluginStream{srv: srv}
+	cmd.Stdout = pluginWriter{s: stream}
+	cmd.Stderr = pluginWriter{s: stream, stderr: true}
+	code := int32(0)
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) {
+			return fmt.Errorf("running python plugin in %s: %w", dir, err)
+		}
+		code = int32(exitErr.ExitCode())
+	}
+	return stream.send(&pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: code}})
 }
 
 type streamWriter struct {

@@ -1,0 +1,183 @@
+"""Helpers of the e2e tier (see conftest.py): the World the tests act on, config, step events."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / "tools"
+VENV = ROOT / ".venv"
+PASSPHRASE = "dualsched-e2e"  # test-only backend in a temp dir
+NEEDED = ("pulumi", "pulumi-language-python", "kubectl", "kube-apiserver", "etcd", "kwok")
+PREFIX = "dualsched:"
+
+
+def free_port(pair: bool = False) -> int:
+    """A free loopback port (and port+1 too when ``pair``: etcd's peer port)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair:
+            return port
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port pair")
+
+
+def tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class World:
+    """What every e2e test needs: env, paths, kubectl, stacks."""
+
+    tmp: Path
+    env: dict[str, str]
+    project: Path
+    cluster_dir: Path
+
+    # ---------------------------------------------------------------- commands
+    def run(self, args: list[str], *, check: bool = True, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
+        result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
+        if check and result.returncode != 0:
+            pytest.fail(f"`{' '.join(args)}` failed ({result.returncode}):\n{tail(result.stdout)}\n{tail(result.stderr)}")
+        return result
+
+    def kubectl(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        return self.run(["kubectl", *args], check=check, **kw)
+
+    def kget(self, *args: str) -> Any:
+        """``kubectl get ... -o json`` parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def cluster(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run([str(TOOLS / "cluster.sh"), *args], check=check, timeout=400)
+
+    # ---------------------------------------------------------------- stacks
+    def write_config(self, stack: str, config: dict[str, Any]) -> None:
+        """Write ``Pulumi.<stack>.yaml`` in the project copy: ``dualsched:`` keys from ``config``,
+        keeping the ``encryptionsalt`` Pulumi stored there."""
+        path = self.project / f"Pulumi.{stack}.yaml"
+        document: dict[str, Any] = {}
+        if path.exists():
+            old = yaml.safe_load(path.read_text()) or {}
+            document = {key: value for key, value in old.items() if key != "config"}
+        document["config"] = {PREFIX + key: value for key, value in config.items()}
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def stack(self, name: str, config: Optional[dict[str, Any]] = None, project: Optional[Path] = None):
+        """Create or select a stack of the project copy (or of ``project``), optionally with a config."""
+        from pulumi import automation as auto
+
+        work_dir = project or self.project
+        if config is not None and project is None:
+            self.write_config(name, config)
+        command = auto.PulumiCommand(root=str(Path(shutil.which("pulumi", path=self.env["PATH"])).parent.parent),
+                                     skip_version_check=True)
+        return auto.create_or_select_stack(
+            stack_name=name,
+            work_dir=str(work_dir),
+            opts=auto.LocalWorkspaceOptions(env_vars=self.env, pulumi_command=command),
+        )
+
+
+def raw_config(stack: str = "dev") -> dict[str, Any]:
+    """The checkout's ``dualsched:`` keys of a stack, without the prefix (a fresh deep copy)."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return copy.deepcopy({k[len(PREFIX):]: v for k, v in document["config"].items() if k.startswith(PREFIX)})
+
+
+def load_env(tmp: Path, cluster_dir: Path, ports: dict[str, int]) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "DUALSCHED_")) and k != "KUBECONFIG"}
+    base.update({
+        "DUALSCHED_CLUSTER_DIR": str(cluster_dir),
+        "DUALSCHED_APISERVER_PORT": str(ports["api"]),
+        "DUALSCHED_ETCD_PORT": str(ports["etcd"]),
+        "DUALSCHED_KCM_PORT": str(ports["kcm"]),
+        "DUALSCHED_SCHEDULER_PORT": str(ports["scheduler"]),
+        "PULUMI_HOME": str(tmp / "pulumi-home"),
+        "KUBECONFIG": str(cluster_dir / "kubeconfig"),
+    })
+    if "DUALSCHED_TOOLS_CACHE" in os.environ:
+        base["DUALSCHED_TOOLS_CACHE"] = os.environ["DUALSCHED_TOOLS_CACHE"]
+    dump = subprocess.run(
+        ["bash", "-c", 'source "$1" >&2 && env -0', "bash", str(TOOLS / "pulumi-env.sh")],
+        env=base, capture_output=True, timeout=300,
+    )
+    messages = dump.stderr.decode(errors="replace")
+    if dump.returncode != 0:
+        pytest.fail(f"sourcing tools/pulumi-env.sh failed:\n{tail(messages)}")
+    env = dict(item.split("=", 1) for item in dump.stdout.decode().split("\0") if "=" in item)
+    missing = [tool for tool in NEEDED if not shutil.which(tool, path=env.get("PATH", ""))]
+    if missing or "WARNING" in messages or "missing" in messages:
+        pytest.fail(
+            f"the e2e tier needs the built toolchain: missing {', '.join(missing) or 'provider plugins'}; "
+            f"run `make tools` (tools/build-tools.sh).\n{tail(messages)}"
+        )
+    # The project's Python first: the policy pack runs on python3 from PATH (PulumiPolicy.yaml has no virtualenv).
+    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env['PATH']}"
+    (tmp / "backend").mkdir(exist_ok=True)
+    env["PULUMI_BACKEND_URL"] = f"file://{tmp / 'backend'}"
+    env["PULUMI_CONFIG_PASSPHRASE"] = PASSPHRASE
+    env["KUBECONFIG"] = str(cluster_dir / "kubeconfig")
+    env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+    return env
+
+
+def copy_project(dest: Path) -> None:
+    dest.mkdir(parents=True)
+    for name in ("__main__.py", "Pulumi.dev.yaml", "Pulumi.prod.yaml"):
+        shutil.copy2(ROOT / name, dest / name)
+    for name in ("components", "config"):
+        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    runtime = project["runtime"] if isinstance(project["runtime"], dict) else {"name": project["runtime"]}
+    runtime.setdefault("options", {})["virtualenv"] = str(VENV)
+    project["runtime"] = runtime
+    (dest / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
+
+
+class Steps:
+    """Collects the engine's step events of one operation (``on_event``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+
+    def __call__(self, event) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        if pre is not None and pre.metadata is not None:
+            self.steps.append(pre.metadata)
+
+    def ops(self, predicate: Callable[[Any], bool] = lambda m: True) -> dict[str, set[str]]:
+        """URN -> set of ops, for the steps that match."""
+        result: dict[str, set[str]] = {}
+        for meta in self.steps:
+            if predicate(meta):
+                result.setdefault(meta.urn, set()).add(str(getattr(meta.op, "value", meta.op)))
+        return result
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+TIMINGS: list[tuple[str, float]] = []
+"""(what, seconds) of the slow steps, printed at the end of the run."""

@@ -1,0 +1,376 @@
+"""`pulumi preview/up/destroy` of the dev stack on a real API server with KWOK nodes.
+
+One stack goes through a life in this order (module-scoped fixtures, tests in file order):
+preview + up of dev -> placement, storage, Pod Security, no-op preview, no secrets in the export
+-> a new partition (configuration only) -> a variant with a Slurm-dedicated pool on two more GPU
+nodes -> destroy (what is retained stays). A second, small stack with ``protect: true`` must refuse
+to be destroyed. The world (cluster, project copy, backend) comes from conftest.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+
+from config import StackConfig, parse_stack_config
+
+from e2e_support import TIMINGS, Steps, World, b64, raw_config
+
+pytestmark = pytest.mark.e2e
+
+EXTRA_NODES = ["gpu-003", "gpu-004"]  # tools/kwok/e2e-extra-nodes.yaml
+
+
+@dataclass
+class Deployed:
+    stack: Any
+    raw: dict[str, Any]
+    preview: Any
+    preview_steps: Steps
+    up: Any
+
+    @property
+    def config(self) -> StackConfig:
+        return parse_stack_config(self.raw, "e2e dev")
+
+
+def timed(name: str, fn, *args, **kwargs):
+    start = time.monotonic()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        TIMINGS.append((name, time.monotonic() - start))
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
+def pods(world: World, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    args = ["pods", "-n", namespace] + (["-l", selector] if selector else [])
+    return world.kget(*args)["items"]
+
+
+def nodes(world: World) -> dict[str, dict[str, Any]]:
+    return {n["metadata"]["name"]: n for n in world.kget("nodes")["items"]}
+
+
+def slurmd_nodes(world: World, config: StackConfig, pool: str) -> list[str]:
+    selector = f"app.kubernetes.io/name=slurmd,{config.placement.pool_label}={pool}"
+    found = pods(world, config.slurm.namespace, selector)
+    assert all(ready(p) for p in found), [(p["metadata"]["name"], p["status"]) for p in found if not ready(p)]
+    return sorted(p["spec"]["nodeName"] for p in found)
+
+
+def inference_nodes(world: World, config: StackConfig) -> list[str]:
+    found = pods(world, config.inference.namespace)
+    assert found and all(ready(p) for p in found)
+    return [p["spec"]["nodeName"] for p in found]
+
+
+def op_names(summary) -> set[str]:
+    return {str(getattr(op, "value", op)) for op, count in (summary or {}).items() if count}
+
+
+@pytest.fixture(scope="module")
+def dev(world: World) -> Deployed:
+    raw = raw_config("dev")
+    stack = world.stack("dev", raw)
+    steps = Steps()
+    preview = timed("preview (dev, empty stack)", stack.preview, on_event=steps, color="never")
+    up = timed("up (dev, create)", stack.up, color="never")
+    return Deployed(stack, raw, preview, steps, up)
+
+
+# ------------------------------------------------------------------ 1. preview + up
+
+
+def test_preview_lists_the_expected_creates(dev: Deployed):
+    """Every resource is a create, and per type exactly what the offline render registers."""
+    from components.render import render_config
+
+    render = render_config(dev.config, stack="dev")
+    steps = dev.preview_steps.steps
+    # Kubernetes objects and components: per type, the same as the render
+    expected = Counter(obj.pulumi_type for obj in render.objects) + Counter(typ for typ, _, _ in render.others)
+    assert Counter(m.type for m in steps if not m.type.startswith(("pulumi:", "random:"))) == expected
+    # the generated secrets (the render records their values: munge key base64 + hex, DB password)
+    assert Counter(m.type for m in steps if m.type.startswith("random:")) == {
+        "random:index/randomBytes:RandomBytes": 1, "random:index/randomPassword:RandomPassword": 1}
+    assert len(render.generated_secrets) == 3
+    assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
+    resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
+    assert dict(dev.preview.change_summary) == {"create": len(resources)}
+    assert sum(1 for obj in render.objects) == 35
+
+
+def test_up_succeeds(dev: Deployed):
+    assert dev.up.summary.result == "succeeded"
+    assert op_names(dev.up.summary.resource_changes) == {"create"}
+    assert dev.up.outputs["namespaces"].value == {"slurm": "slurm", "inference": "inference", "jobs": "slurm-jobs"}
+
+
+# ------------------------------------------------------------------ 2. placement, storage, nodes
+
+
+def test_slurmd_runs_once_on_each_node_of_the_slurm_pools(world: World, dev: Deployed):
+    config = dev.config
+    for pool in config.pools:
+        if pool.runs_slurmd:
+            assert slurmd_nodes(world, config, pool.name) == sorted(pool.node_names)
+    every = [p["spec"]["nodeName"] for p in pods(world, config.slurm.namespace, "app.kubernetes.io/name=slurmd")]
+    assert len(every) == len(set(every)), f"more than one slurmd on a node: {sorted(every)}"
+
+
+def test_controller_pod_is_ready(world: World, dev: Deployed):
+    pod = world.kget("pod", "slurmctld-0", "-n", dev.config.slurm.namespace)
+    assert ready(pod)
+    statuses = pod["status"]["containerStatuses"] + pod["status"].get("initContainerStatuses", [])
+    assert {s["name"]: s["ready"] for s in statuses} == {"slurmctld": True, "munged": True}  # munged: native sidecar
+
+
+def test_claims_are_bound_to_their_volumes(world: World, dev: Deployed):
+    config = dev.config
+    claims = [c for ns in (config.slurm.namespace, config.inference.namespace, config.submission.namespace)
+              for c in world.kget("pvc", "-n", ns)["items"]]
+    assert len(claims) == 5
+    volumes = {pv["metadata"]["name"]: pv for pv in world.kget("pv")["items"]}
+    for claim in claims:
+        name = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+        assert claim["status"]["phase"] == "Bound", name
+        volume = volumes[claim["spec"]["volumeName"]]
+        assert volume["spec"]["claimRef"]["name"] == claim["metadata"]["name"], name
+        if claim["metadata"]["labels"].get("app.kubernetes.io/name") == "shared-storage":
+            # the shared file system: our own PV (NFS from the config), bound by name
+            assert volume["metadata"]["labels"]["app.kubernetes.io/part-of"] == "dualsched", name
+            nfs = volume["spec"]["nfs"]
+            assert (nfs["server"], nfs["path"]) == (config.storage.nfs.server, config.storage.nfs.path), name
+            assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+        else:
+            # controller state / database: a class-less claim on one of the cluster's static PVs
+            assert volume["metadata"]["labels"].get("dualsched.io/local-pv") == "true", name
+
+
+def check_node_placement(world: World, config: StackConfig) -> None:
+    current = nodes(world)
+    label = config.placement.pool_label
+    in_pools = set()
+    for pool in config.pools:
+        taints = {(t.key, t.value, t.effect.value) for t in config.pool_taints(pool)}
+        for node in pool.node_names:
+            in_pools.add(node)
+            meta, spec = current[node]["metadata"], current[node]["spec"]
+            assert meta["labels"].get(label) == pool.name, node
+            assert meta["labels"].get("dualsched.io/mode") == pool.mode.value, node
+            assert meta["labels"].get("dualsched.io/slurm-gpus") == str(pool.slurm_gpu_count), node
+            have = {(t["key"], t.get("value"), t["effect"]) for t in spec.get("taints", [])}
+            assert taints <= have, node
+            assert not {t for t in have if t[0] == config.placement.slurm_taint_key} - taints, node
+    for name, node in current.items():
+        if name not in in_pools and name not in EXTRA_NODES:
+            assert label not in node["metadata"]["labels"], name
+
+
+def test_node_labels_and_taints_come_from_the_config(world: World, dev: Deployed):
+    check_node_placement(world, dev.config)
+
+
+def test_inference_only_on_inference_eligible_nodes(world: World, dev: Deployed):
+    config = dev.config
+    eligible = {node for pool in config.inference_pools for node in pool.node_names}
+    slurm_tainted = {name for name, n in nodes(world).items()
+                     if any(t["key"] == config.placement.slurm_taint_key for t in n["spec"].get("taints", []))}
+    placed = inference_nodes(world, config)
+    assert set(placed) <= eligible - slurm_tainted
+
+
+# ------------------------------------------------------------------ 3. Pod Security
+
+
+def test_pod_security_rejects_privileged_pods_in_inference(world: World, dev: Deployed):
+    config = dev.config
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "privileged-probe", "namespace": config.inference.namespace},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "securityContext": {"privileged": True}}]},
+    }
+    result = world.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert result.returncode != 0
+    assert "violates PodSecurity" in result.stderr and "privileged" in result.stderr, result.stderr
+    # ... while the Slurm namespace admits slurmd's privileged pods (they are running)
+    slurmd = pods(world, config.slurm.namespace, "app.kubernetes.io/name=slurmd")
+    assert slurmd and all(ready(p) for p in slurmd)
+    assert all(c.get("securityContext", {}).get("privileged") for p in slurmd for c in p["spec"]["containers"])
+
+
+# ------------------------------------------------------------------ 4. no-op preview
+
+
+def test_second_preview_shows_no_changes(dev: Deployed):
+    preview = timed("preview (dev, no changes)", dev.stack.preview, color="never")
+    assert op_names(preview.change_summary) == {"same"}, preview.change_summary
+
+
+# ------------------------------------------------------------------ 6. secrets
+
+
+def test_stack_export_holds_no_plaintext_secret(world: World, dev: Deployed):
+    ns = dev.config.slurm.namespace
+    secrets = world.kget("secrets", "-n", ns)["items"]
+    munge = [s for s in secrets if "munge.key" in s.get("data", {})]
+    passwords = [s for s in secrets if "password" in s.get("data", {})]
+    assert len(munge) == 1 and len(passwords) == 1
+    munge_b64 = munge[0]["data"]["munge.key"]               # base64 of the 1024 random bytes
+    munge_raw = base64.b64decode(munge_b64)
+    password = base64.b64decode(passwords[0]["data"]["password"]).decode()
+    needles = {
+        "munge key (base64)": munge_b64,
+        "munge key (hex)": munge_raw.hex(),
+        "munge key (base64 of base64)": b64(munge_b64)[:64],
+        "database password": password,
+        "database password (base64)": b64(password),
+    }
+    # the CLI's `pulumi stack export` (the Automation API's export_stack() adds --show-secrets)
+    exported = world.run(["pulumi", "stack", "export", "--stack", "dev", "--cwd", str(world.project)]).stdout
+    assert "ciphertext" in exported  # secrets are there, encrypted
+    leaked = [what for what, value in needles.items() if value in exported]
+    assert not leaked, f"plaintext in `pulumi stack export`: {leaked}"
+
+
+# ------------------------------------------------------------------ 5. configuration-only change
+
+
+@pytest.fixture(scope="module")
+def new_partition(world: World, dev: Deployed):
+    raw = json.loads(json.dumps(dev.raw))
+    raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "01:00:00"})
+    world.write_config("dev", raw)
+    slurmd_before = {p["metadata"]["uid"] for p in pods(world, "slurm", "app.kubernetes.io/name=slurmd")}
+    steps = Steps()
+    preview = timed("preview (new partition)", dev.stack.preview, on_event=steps, color="never")
+    up = timed("up (new partition)", dev.stack.up, color="never")
+    return raw, steps, preview, up, slurmd_before
+
+
+def test_new_partition_changes_configuration_only(new_partition):
+    _, steps, preview, _, _ = new_partition
+    changed = {urn: ops for urn, ops in steps.ops().items() if ops != {"same"}}
+    kinds = {urn: urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1] for urn in changed}
+    for urn, ops in changed.items():
+        kind = kinds[urn]
+        if kind == "kubernetes:core/v1:ConfigMap":
+            assert ops <= {"replace", "create-replacement", "delete-replaced"} and "create-replacement" in ops, (urn, ops)
+        elif kind == "kubernetes:apps/v1:StatefulSet":
+            assert urn.endswith("::dualsched-slurmctld") and ops == {"update"}, (urn, ops)
+        else:
+            pytest.fail(f"unexpected change {ops} of {urn}")
+    assert any(urn.endswith("ConfigMap::dualsched-slurm-config") for urn in changed)
+    assert any(urn.endswith("StatefulSet::dualsched-slurmctld") for urn in changed)
+    daemonsets = steps.ops(lambda m: m.type == "kubernetes:apps/v1:DaemonSet")
+    assert daemonsets and all(ops == {"same"} for ops in daemonsets.values()), daemonsets
+    assert op_names(preview.change_summary) == {"same", "replace", "update"}, preview.change_summary
+
+
+def test_new_partition_is_applied(world: World, new_partition):
+    raw, _, _, up, slurmd_before = new_partition
+    assert up.summary.result == "succeeded"
+    config_maps = [cm for cm in world.kget("configmaps", "-n", "slurm")["items"] if "slurm.conf" in cm.get("data", {})]
+    assert len(config_maps) == 1 and "PartitionName=debug" in config_maps[0]["data"]["slurm.conf"]
+    # slurmd was not restarted (OnDelete DaemonSets, configless), the controller runs the new config
+    assert {p["metadata"]["uid"] for p in pods(world, "slurm", "app.kubernetes.io/name=slurmd")} == slurmd_before
+    assert ready(world.kget("pod", "slurmctld-0", "-n", "slurm"))
+
+
+# ------------------------------------------------------------------ 2b. a Slurm-dedicated pool
+
+
+@pytest.fixture(scope="module")
+def dedicated(world: World, dev: Deployed, new_partition) -> Deployed:
+    raw = json.loads(json.dumps(new_partition[0]))
+    raw["pools"].append({"name": "dedicated", "nodes": "gpu-[003-004]", "mode": "dedicated", "gpusPerNode": 8,
+                         "cpus": 32, "realMemoryMb": 128000})
+    raw["slurm"]["partitions"].append({"name": "train", "pools": ["dedicated"]})
+    # 4 one-GPU replicas: exactly the 2 + 2 GPUs Slurm leaves to Kubernetes on gpu-001/002, while
+    # gpu-003/004 have 16 free GPUs. Only placement keeps the replicas off the dedicated nodes.
+    raw["inference"]["models"][0]["replicas"] = {"min": 4, "max": 4}
+    world.write_config("dev", raw)
+    up = timed("up (add dedicated pool)", dev.stack.up, color="never")
+    return Deployed(dev.stack, raw, None, Steps(), up)
+
+
+def test_dedicated_pool_gets_slurmd_and_the_slurm_taint(world: World, dedicated: Deployed):
+    assert dedicated.up.summary.result == "succeeded"
+    config = dedicated.config
+    assert slurmd_nodes(world, config, "dedicated") == EXTRA_NODES
+    assert slurmd_nodes(world, config, "gpu") == ["gpu-001", "gpu-002"]
+    check_node_placement(world, config)
+    for name in EXTRA_NODES:
+        node = world.kget("node", name)
+        assert {"key": config.placement.slurm_taint_key, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+
+
+def test_no_inference_pod_on_a_dedicated_node(world: World, dedicated: Deployed):
+    # The HPA owns the replica count (the Deployment ignores spec.replicas changes): its controller
+    # raises the Deployment to minReplicas=4 on its next sync (every 15 s).
+    deadline, placed = time.monotonic() + 120, []
+    while time.monotonic() < deadline:
+        found = pods(world, dedicated.config.inference.namespace)
+        placed = [p["spec"].get("nodeName") for p in found if ready(p)]
+        if len(found) == 4 and len(placed) == 4:
+            break
+        time.sleep(3)
+    assert len(placed) == 4, f"inference pods not all Ready: {[(p['metadata']['name'], p['spec'].get('nodeName'), p['status'].get('phase')) for p in found]}"
+    assert not set(placed) & set(EXTRA_NODES), placed
+    assert sorted(placed) == ["gpu-001", "gpu-001", "gpu-002", "gpu-002"]
+
+
+# ------------------------------------------------------------------ 7. destroy
+
+
+@pytest.fixture(scope="module")
+def destroyed(world: World, dedicated: Deployed):
+    volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/part-of=dualsched")["items"]}
+    result = timed("destroy (dev)", dedicated.stack.destroy, color="never")
+    return dedicated, volumes, result
+
+
+def test_destroy_removes_all_but_what_is_retained(world: World, destroyed):
+    deployed, volumes, result = destroyed
+    config = deployed.config
+    assert result.summary.result == "succeeded"
+    namespaces = {ns["metadata"]["name"]: ns for ns in world.kget("namespaces")["items"]}
+    for name in (config.slurm.namespace, config.inference.namespace, config.submission.namespace):
+        assert name not in namespaces or namespaces[name]["status"]["phase"] == "Terminating", name
+    # retained on purpose: the shared-storage PVs (reclaim Retain) and the node labels/taints
+    assert len(volumes) == 3
+    left = {pv["metadata"]["name"] for pv in world.kget("pv")["items"]}
+    assert volumes <= left
+    check_node_placement(world, config)
+    assert json.loads(json.dumps(deployed.stack.export_stack().deployment)).get("resources") in (None, [])
+
+
+def test_protected_stack_refuses_to_destroy(world: World, destroyed):
+    raw = raw_config("dev")
+    raw["protect"] = True
+    raw["slurm"]["namespace"] = "slurm-protected"
+    raw["slurm"]["accounting"] = {"enabled": False}
+    raw["inference"] = {"enabled": False}
+    raw["submission"] = {"enabled": False}
+    world.cluster("pvs")  # Available class-less PVs for the new state claim
+    stack = world.stack("protected", raw)
+    up = timed("up (protected stack)", stack.up, color="never")
+    assert up.summary.result == "succeeded"
+    with pytest.raises(auto.CommandError) as error:
+        timed("destroy (protected stack, refused)", stack.destroy, color="never")
+    assert "protected" in str(error.value), str(error.value)[-3000:]
+    assert world.kget("namespace", "slurm-protected")["status"]["phase"] == "Active"
