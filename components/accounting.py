@@ -19,6 +19,7 @@ from components.common import (
     locked_down,
     meta,
     mount,
+    off_gpu_pools,
     requirements,
     stateful,
     tcp_probe,
@@ -122,6 +123,7 @@ class Accounting(pulumi.ComponentResource):
                     metadata=meta(labels=db_labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         automount_service_account_token=False,
+                        affinity=off_gpu_pools(config.placement.pool_label),
                         security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=MARIADB_UID),
                         containers=[
                             k8s.core.v1.ContainerArgs(
@@ -192,6 +194,7 @@ class Accounting(pulumi.ComponentResource):
                     spec=k8s.core.v1.PodSpecArgs(
                         hostname=site.dbd_host,
                         automount_service_account_token=False,
+                        affinity=off_gpu_pools(config.placement.pool_label),
                         security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
                         init_containers=[
                             munged_sidecar(config.images.slurmd),

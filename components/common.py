@@ -54,6 +54,23 @@ def requirements(resources: Resources, gpus: int = 0) -> k8s.core.v1.ResourceReq
     )
 
 
+def off_gpu_pools(pool_label: str) -> k8s.core.v1.AffinityArgs:
+    """Prefer nodes outside every GPU pool: control daemons should not take a GPU node's CPU
+    and memory from jobs, yet still schedule on a cluster that has nothing else."""
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.PreferredSchedulingTermArgs(
+                    weight=100,
+                    preference=k8s.core.v1.NodeSelectorTermArgs(
+                        match_expressions=[k8s.core.v1.NodeSelectorRequirementArgs(key=pool_label, operator="DoesNotExist")]
+                    ),
+                )
+            ]
+        )
+    )
+
+
 def locked_down(
     run_as_user: Optional[int] = None, read_only_root: bool = True, add_capabilities: tuple[str, ...] = ()
 ) -> k8s.core.v1.SecurityContextArgs:

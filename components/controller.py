@@ -19,6 +19,7 @@ from components.common import (
     locked_down,
     meta,
     mount,
+    off_gpu_pools,
     requirements,
     stateful,
     tcp_probe,
@@ -108,6 +109,7 @@ class SlurmController(pulumi.ComponentResource):
         slurm_conf = f"{CONFIG_DIR}/slurm.conf"
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
+            affinity=off_gpu_pools(config.placement.pool_label),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
             init_containers=[munged_sidecar(config.images.slurmd)],
             containers=[

@@ -138,3 +138,20 @@ def test_address_output_is_the_first_controller():
     outputs = render_stack("prod").outputs_of("dualsched:controller:SlurmController")
     assert outputs["address"] == "slurmctld-0.slurmctld.slurm.svc.cluster.local:6817"
     assert outputs["statefulset_name"] == "slurmctld"
+
+
+def test_control_daemons_prefer_nodes_outside_the_gpu_pools(stack):
+    """slurmctld, slurmdbd and MariaDB leave GPU nodes' CPU and memory to jobs when they can."""
+    rendered = render_stack(stack)
+    workloads = [rendered.named("StatefulSet", "slurmctld"), *rendered.by_kind("Deployment")]
+    workloads = [w for w in workloads if w.manifest["metadata"]["labels"].get("app.kubernetes.io/name") != "vllm"]
+    if stack == "dev":
+        workloads.append(rendered.named("StatefulSet", "mariadb"))
+    for workload in workloads:
+        preferred = pod_spec(workload)["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert preferred == [
+            {
+                "weight": 100,
+                "preference": {"matchExpressions": [{"key": "dualsched.io/pool", "operator": "DoesNotExist"}]},
+            }
+        ], workload.name
