@@ -92,6 +92,27 @@ def dev(world: World) -> Deployed:
     return Deployed(stack, raw, preview, steps, up)
 
 
+# ------------------------------------------------------------------ 0. bad config
+
+
+def test_bad_config_is_a_clear_message_and_registers_nothing(world: World):
+    """Under the real engine, a config mistake stops the program before any resource exists."""
+    raw = raw_config("dev")
+    raw["pools"][0]["gpusPerNod"] = 8  # misspelt
+    raw["slurm"]["namespace"] = "Slurm_NS"  # not DNS-1123
+    stack = world.stack("bad", raw)
+    with pytest.raises(auto.CommandError) as failed:
+        stack.up(color="never")
+    output = str(failed.value)
+    assert "invalid dualsched config in stack 'bad'" in output
+    assert "pools[0].gpusPerNod: unknown key; did you mean 'gpusPerNode'? (got 8)" in output
+    assert "slurm.namespace: must be a DNS-1123 label" in output
+    assert "Traceback" not in output
+    resources = stack.export_stack().deployment.get("resources") or []
+    assert [r["type"] for r in resources if r["type"] != "pulumi:pulumi:Stack"] == []
+    stack.workspace.remove_stack("bad", force=True)
+
+
 # ------------------------------------------------------------------ 1. preview + up
 
 
