@@ -14,18 +14,20 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import os
 import secrets
 import string
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pulumi
 import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
 
+from components.slurm_files import config_hash, kubernetes_site, render_slurm_files
 from config import ConfigError, StackConfig, load_stack_file
 
 REDACTED = "<redacted>"
@@ -54,15 +56,49 @@ class RenderedObject:
         return self.manifest.get("metadata", {}).get("name", self.pulumi_name)
 
 
+@dataclass(frozen=True)
+class Registration:
+    """One RegisterResource call as the engine would receive it: what no manifest shows."""
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    custom: bool
+    protect: bool
+    retain_on_delete: bool
+    ignore_changes: tuple[str, ...]
+    dependencies: tuple[str, ...]
+    provider: str
+
+    @property
+    def parent_type(self) -> str:
+        """The type token of the parent (last segment of its URN's type chain)."""
+        if not self.parent:
+            return ""
+        return self.parent.split("::")[2].split("$")[-1]
+
+
 @dataclass
 class Render:
     """Everything the program registered, plus the values of generated secrets."""
 
     objects: list[RenderedObject] = field(default_factory=list)
-    others: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    registrations: list[Registration] = field(default_factory=list)
+    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     generated_secrets: list[str] = field(default_factory=list)
     slurm_files: dict[str, str] = field(default_factory=dict)
-    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slurm_conf_hash(self) -> str:
+        return config_hash(self.slurm_files)
+
+    def registration(self, obj: RenderedObject) -> Registration:
+        """The registration that produced a rendered object (matched by type and Pulumi name)."""
+        matches = [r for r in self.registrations if r.custom and r.type == obj.pulumi_type and r.name == obj.pulumi_name]
+        if len(matches) != 1:
+            raise LookupError(f"{len(matches)} registrations for {obj.pulumi_type} {obj.pulumi_name}")
+        return matches[0]
 
     def by_kind(self, kind: str) -> list[RenderedObject]:
         return [obj for obj in self.objects if obj.kind == kind]
@@ -81,13 +117,13 @@ class Render:
 _CLUSTER_KINDS = {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding", "StorageClass"}
 
 
-_SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
+SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 
 
 def plain(value: Any) -> Any:
     """Unwrap the engine's secret envelopes and give whole numbers back their int type."""
     if isinstance(value, dict):
-        if _SECRET_SIGNATURE in value:
+        if SECRET_SIGNATURE in value:
             return plain(value.get("value"))
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -120,8 +156,6 @@ class RenderMocks(pulumi.runtime.Mocks):
             self.render.generated_secrets.append(state["result"])
         elif args.typ.startswith("kubernetes:"):
             self._kubernetes(args, state)
-        else:
-            self.render.others.append((args.typ, args.name, state))
         return f"{args.name}-id", state
 
     def _kubernetes(self, args: pulumi.runtime.MockResourceArgs, state: dict[str, Any]) -> None:
@@ -139,20 +173,53 @@ class RenderMocks(pulumi.runtime.Mocks):
         return {}
 
 
-def render_config(config: StackConfig, stack: str = "render") -> Render:
-    """Run the program for ``config`` under mocks and collect what it registers."""
+class RenderMonitor(pulumi_mocks.MockMonitor):
+    """The stock mock monitor, also recording each registration's options and component outputs,
+    which the engine (and a CrossGuard pack) sees but no manifest carries."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks, render: Render):
+        super().__init__(mocks)
+        self.render = render
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.render.registrations.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent=request.parent,
+                    custom=bool(request.custom),
+                    protect=request.HasField("protect") and bool(request.protect),
+                    retain_on_delete=request.HasField("retainOnDelete") and bool(request.retainOnDelete),
+                    ignore_changes=tuple(request.ignoreChanges),
+                    dependencies=tuple(request.dependencies),
+                    provider=request.provider,
+                )
+            )
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        pulumi_mocks._ensure_event_loop()
+        self.render.component_outputs[request.urn] = plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def render_config(
+    config: StackConfig, stack: str = "render", program: Optional[Callable[[StackConfig], Any]] = None
+) -> Render:
+    """Run ``program`` (default: the dualsched program) for ``config`` under mocks and collect what it registers."""
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
     from components.program import build
-    from components.slurm_files import kubernetes_site, render_slurm_files
 
     render = Render()
-    pulumi.runtime.set_mocks(RenderMocks(render), project="dualsched", stack=stack, preview=False)
-    cluster: list = []
-    _sync_await(run_pulumi_func(lambda: cluster.append(build(config))))
+    mocks = RenderMocks(render)
+    pulumi.runtime.set_mocks(mocks, project="dualsched", stack=stack, preview=False, monitor=RenderMonitor(mocks, render))
+    _sync_await(run_pulumi_func(lambda: (program or build)(config)))
     render.slurm_files = render_slurm_files(config, kubernetes_site(config))
-    render.outputs = {"slurm_conf_hash": cluster[0].slurm_conf_hash}
     return render
 
 
@@ -217,7 +284,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     written = write_render(render, args.out)
     print(f"rendered stack '{stack}' into {args.out}: {len(written)} files")
     print(format_summary(render))
-    print(f"  slurm.conf hash: {render.outputs['slurm_conf_hash'][:16]}")
+    print(f"  slurm.conf hash: {render.slurm_conf_hash[:16]}")
     return 0
 
 

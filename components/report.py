@@ -40,13 +40,14 @@ from typing import Any, Iterable, Mapping, Optional
 import hostlist
 import yaml
 
+from components.common import GPU_RESOURCE
+from components.controller import CONFIG_HASH_ANNOTATION
+from components.render import SECRET_SIGNATURE
+from components.slurm_files import SLURM_FILES
+
 MARKER = "<!-- dualsched-report -->"
 REDACTED = "[redacted]"
-SECRET_SIG = "4dabf18193072939515e22adb298388d"
 NAME_LABEL = "app.kubernetes.io/name"
-HASH_ANNOTATION = "dualsched.io/slurm-config-hash"
-GPU = "nvidia.com/gpu"
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 OPS = ("create", "update", "replace", "delete")
 INFERENCE_SERVERS = ("vllm", "triton")
@@ -248,8 +249,8 @@ class Redactor:
     def value(self, value: Any) -> Any:
         """``value`` with every secret envelope replaced by its token."""
         if isinstance(value, Mapping):
-            if SECRET_SIG in value:
-                return self.token({k: v for k, v in value.items() if k != SECRET_SIG})
+            if SECRET_SIGNATURE in value:
+                return self.token({k: v for k, v in value.items() if k != SECRET_SIGNATURE})
             return {key: self.value(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self.value(item) for item in value]
@@ -444,7 +445,7 @@ def _slurmd_gpus(daemonset: Mapping[str, Any]) -> int:
     total = 0
     for container in pod.get("containers") or []:
         try:
-            total += int(((container.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+            total += int(((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, 0))
         except (TypeError, ValueError):
             pass
     return total
@@ -545,8 +546,8 @@ def workload_findings(change: Change, plan: Plan) -> list[Finding]:
         return [_slurmd_finding(change, plan)]
     if role == "slurmctld":
         details = []
-        if change.changed(f"spec.template.metadata.annotations.{HASH_ANNOTATION}"):
-            details.append(f"slurm.conf changed (pod annotation `{HASH_ANNOTATION}`)")
+        if change.changed(f"spec.template.metadata.annotations.{CONFIG_HASH_ANNOTATION}"):
+            details.append(f"slurm.conf changed (pod annotation `{CONFIG_HASH_ANNOTATION}`)")
         details.append("running jobs continue (state is saved in StateSaveLocation); scheduling pauses while it restarts")
         return [Finding(Impact.SLURMCTLD_RESTART, change, f"{change.op} of {change.title}", details)]
     if role in ("slurmdbd", "mariadb"):

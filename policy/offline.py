@@ -4,9 +4,9 @@
     python -m policy.offline --stack prod            # environment taken from the stack (prod)
     python -m policy.offline --config path/to/Pulumi.x.yaml --environment prod
 
-The program runs under the offline render's mocks (components.render.render_config);
-a mock monitor also records each resource's ``protect`` option, which the engine
-would hand to the CrossGuard pack but which no manifest carries. Exit 0 when every
+The program runs under the offline render's mocks (components.render.render_config),
+whose monitor also records each resource's ``protect`` option: the engine hands it
+to the CrossGuard pack, but no manifest carries it. Exit 0 when every
 rule passes, 1 with one line per violation, 2 on invalid config.
 """
 
@@ -14,55 +14,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-import pulumi
-from pulumi.runtime import mocks as pulumi_mocks
 
 from components.render import ROOT, render_config
 from config import ConfigError, StackConfig, load_stack_file
 from policy.rules import Resource, Settings, Violation, violations
 
 
-class _ProtectRecorder(pulumi_mocks.MockMonitor):
-    """The stock mock monitor, also noting which (type, name) registrations ask for protect."""
-
-    def __init__(self, mocks: pulumi.runtime.Mocks, protected: dict[tuple[str, str], bool]):
-        super().__init__(mocks)
-        self.protected = protected
-
-    def RegisterResource(self, request):
-        self.protected[(request.type, request.name)] = bool(request.protect) if request.HasField("protect") else False
-        return super().RegisterResource(request)
-
-
-@contextmanager
-def _recording(protected: dict[tuple[str, str], bool]) -> Iterator[None]:
-    # render_config installs its mocks with pulumi.runtime.set_mocks; hand it our monitor.
-    original = pulumi.runtime.set_mocks
-
-    def set_mocks(mocks, *args, **kwargs):
-        kwargs["monitor"] = _ProtectRecorder(mocks, protected)
-        return original(mocks, *args, **kwargs)
-
-    pulumi.runtime.set_mocks = set_mocks
-    try:
-        yield
-    finally:
-        pulumi.runtime.set_mocks = original
-
-
 def rendered_resources(config: StackConfig, stack: str = "policy") -> list[Resource]:
     """Every Kubernetes object the program registers, with its protect option."""
-    protected: dict[tuple[str, str], bool] = {}
-    with _recording(protected):
-        render = render_config(config, stack)
-    return [
-        Resource(obj.manifest, protected.get((obj.pulumi_type, obj.pulumi_name), False), obj.pulumi_name)
-        for obj in render.objects
-    ]
+    render = render_config(config, stack)
+    return [Resource(obj.manifest, render.registration(obj).protect, obj.pulumi_name) for obj in render.objects]
 
 
 def settings_for(config: StackConfig, environment: Optional[str] = None) -> Settings:

@@ -11,8 +11,7 @@ told but the manifests do not show:
   parent, ``protect`` and ``retain_on_delete`` options;
 * ``component_outputs``: what each component passed to ``register_outputs``.
 
-They are recorded by a MockMonitor subclass that :func:`components.render.render_config`
-is handed through ``pulumi.runtime.set_mocks`` (its ``monitor`` parameter).
+The render's own mock monitor records them (:class:`components.render.RenderMonitor`).
 ``render_with_registrations(config, program=...)`` swaps in another program
 (e.g. one that adds a Job or passes providers) for one render.
 Pulumi's mock state is process-global, so each config is rendered fresh and
@@ -23,45 +22,18 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-import pulumi
 import yaml
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import rpc
 
-from components import program as program_module
-from components.render import Render, RenderedObject, plain, render_config
+from components.render import Registration, Render, RenderedObject, render_config
 from config import StackConfig, load_stack_file, parse_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ("dev", "prod")
-
-
-@dataclass(frozen=True)
-class Registration:
-    """One RegisterResource call as the engine would receive it."""
-
-    type: str
-    name: str
-    urn: str
-    parent: str
-    custom: bool
-    protect: bool
-    retain_on_delete: bool
-    ignore_changes: tuple[str, ...]
-    dependencies: tuple[str, ...]
-    provider: str
-
-    @property
-    def parent_type(self) -> str:
-        """The type token of the parent (last segment of its URN's type chain)."""
-        if not self.parent:
-            return ""
-        return self.parent.split("::")[2].split("$")[-1]
 
 
 @dataclass
@@ -70,8 +42,6 @@ class Rendered:
 
     config: StackConfig
     render: Render
-    resources: list[Registration] = field(default_factory=list)
-    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ---- the Render's own API, for brevity in tests
     @property
@@ -102,14 +72,19 @@ class Rendered:
         return [obj for obj in self.objects if obj.namespace == namespace and (kind is None or obj.kind == kind)]
 
     # ---- registrations
+    @property
+    def resources(self) -> list[Registration]:
+        return self.render.registrations
+
+    @property
+    def component_outputs(self) -> dict[str, dict[str, Any]]:
+        return self.render.component_outputs
+
     def components(self, type_token: Optional[str] = None) -> list[Registration]:
         return [r for r in self.resources if not r.custom and (type_token is None or r.type == type_token)]
 
     def registration(self, obj: RenderedObject) -> Registration:
-        """The registration that produced a rendered object (matched by type and Pulumi name)."""
-        matches = [r for r in self.resources if r.custom and r.type == obj.pulumi_type and r.name == obj.pulumi_name]
-        assert len(matches) == 1, f"{len(matches)} registrations for {obj.pulumi_type} {obj.pulumi_name}"
-        return matches[0]
+        return self.render.registration(obj)
 
     def outputs_of(self, type_token: str) -> dict[str, Any]:
         """register_outputs of the one component of this type."""
@@ -118,63 +93,11 @@ class Rendered:
         return self.component_outputs[urns[0]]
 
 
-class RecordingMonitor(pulumi_mocks.MockMonitor):
-    """The stock mock monitor, also recording resource options and component outputs."""
-
-    def __init__(self, mocks: pulumi.runtime.Mocks, sink: Rendered):
-        super().__init__(mocks)
-        self.sink = sink
-
-    def RegisterResource(self, request):
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            self.sink.resources.append(
-                Registration(
-                    type=request.type,
-                    name=request.name,
-                    urn=response.urn,
-                    parent=request.parent,
-                    custom=bool(request.custom),
-                    protect=bool(request.protect) if request.HasField("protect") else False,
-                    retain_on_delete=bool(request.retainOnDelete) if request.HasField("retainOnDelete") else False,
-                    ignore_changes=tuple(request.ignoreChanges),
-                    dependencies=tuple(request.dependencies),
-                    provider=request.provider,
-                )
-            )
-        return response
-
-    def RegisterResourceOutputs(self, request):
-        pulumi_mocks._ensure_event_loop()
-        self.sink.component_outputs[request.urn] = plain(rpc.deserialize_properties(request.outputs))
-        return super().RegisterResourceOutputs(request)
-
-
 def render_with_registrations(
     config: StackConfig, stack: str = "render", program: Optional[Callable[[StackConfig], Any]] = None
 ) -> Rendered:
-    """Run :func:`render_config` with a :class:`RecordingMonitor` in place of the stock one.
-
-    ``program`` replaces :func:`components.program.build` for this render (it must
-    return the cluster), for tests that add resources of their own or pass options.
-    """
-    rendered = Rendered(config=config, render=Render())
-    original_set_mocks = pulumi.runtime.set_mocks
-    original_build = program_module.build
-
-    def set_mocks(mocks, *args, **kwargs):
-        kwargs["monitor"] = RecordingMonitor(mocks, rendered)
-        return original_set_mocks(mocks, *args, **kwargs)
-
-    pulumi.runtime.set_mocks = set_mocks
-    if program is not None:
-        program_module.build = program
-    try:
-        rendered.render = render_config(config, stack)
-    finally:
-        pulumi.runtime.set_mocks = original_set_mocks
-        program_module.build = original_build
-    return rendered
+    """:func:`render_config` of ``config``; ``program`` replaces the dualsched program for this render."""
+    return Rendered(config=config, render=render_config(config, stack, program))
 
 
 def stack_file(name: str) -> Path:

@@ -99,7 +99,7 @@ def test_prod_cluster_outputs():
 def test_slurm_conf_hash_output_is_the_config_maps_hash(stack):
     rendered = render_stack(stack)
     outputs = rendered.outputs_of(CLUSTER)
-    assert outputs["slurm_conf_hash"] == rendered.render.outputs["slurm_conf_hash"]
+    assert outputs["slurm_conf_hash"] == rendered.render.slurm_conf_hash
     assert outputs["slurm_conf_hash"] == rendered.outputs_of("dualsched:slurm_config:SlurmConfig")["hash"]
     assert len(outputs["slurm_conf_hash"]) == 64
 

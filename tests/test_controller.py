@@ -121,14 +121,14 @@ def test_runs_as_the_slurm_user_without_privilege():
 def test_config_hash_annotation_is_the_rendered_hash(stack):
     rendered = render_stack(stack)
     annotations = _statefulset(rendered).manifest["spec"]["template"]["metadata"]["annotations"]
-    assert annotations[CONFIG_HASH_ANNOTATION] == rendered.render.outputs["slurm_conf_hash"]
+    assert annotations[CONFIG_HASH_ANNOTATION] == rendered.render.slurm_conf_hash
 
 
 def test_adding_a_partition_rolls_the_controller_but_not_slurmd():
     before, after = render_stack("dev"), render_raw(variant("dev", _add_partition))
     annotation = lambda r: _statefulset(r).manifest["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
     assert annotation(after) != annotation(before)
-    assert annotation(after) == after.render.outputs["slurm_conf_hash"]
+    assert annotation(after) == after.render.slurm_conf_hash
     # Configless: slurmd fetches slurm.conf from slurmctld, so its DaemonSet does not change at all.
     [daemonset_before], [daemonset_after] = before.by_kind("DaemonSet"), after.by_kind("DaemonSet")
     assert daemonset_after.manifest == daemonset_before.manifest

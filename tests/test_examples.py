@@ -2,12 +2,8 @@
 
 from pathlib import Path
 
-import pulumi
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
-
 from components.program import build
-from components.render import Render, RenderMocks
+from components.render import render_config
 from config import load_stack_file
 from examples.own_program import slurm_only
 from examples.sbatch_job import submit_training_job
@@ -15,16 +11,9 @@ from examples.sbatch_job import submit_training_job
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_under_mocks(program) -> Render:
-    render = Render()
-    pulumi.runtime.set_mocks(RenderMocks(render), project="dualsched", stack="example", preview=False)
-    _sync_await(run_pulumi_func(program))
-    return render
-
-
 def test_slurm_only_program_builds_slurm_without_inference():
     config = load_stack_file(ROOT / "Pulumi.dev.yaml")
-    render = run_under_mocks(lambda: slurm_only(config))
+    render = render_config(config, "example", program=slurm_only)
     kinds = render.summary()
     assert kinds["StatefulSet"] == 1 and render.one("StatefulSet").name == "slurmctld"
     assert kinds["DaemonSet"] == len(config.slurm_pools)
@@ -33,7 +22,7 @@ def test_slurm_only_program_builds_slurm_without_inference():
 
 def test_sbatch_job_submits_through_the_submission_namespace():
     config = load_stack_file(ROOT / "Pulumi.dev.yaml")
-    render = run_under_mocks(lambda: submit_training_job(build(config)))
+    render = render_config(config, "example", program=lambda c: submit_training_job(build(c)))
     job = render.one("Job").manifest
     assert job["metadata"]["namespace"] == config.submission.namespace
     pod = job["spec"]["template"]["spec"]

@@ -81,7 +81,7 @@ def test_summary_prints_kinds_with_counts(stack, tmp_path, capsys, captured):
     assert summary == dict(Counter(obj.kind for obj in render.objects))
     assert total == len(render.objects)
     assert f"rendered stack '{stack}'" in stdout
-    assert render.outputs["slurm_conf_hash"][:16] in stdout
+    assert render.slurm_conf_hash[:16] in stdout
 
 
 def test_prod_summary_counts():

@@ -17,10 +17,9 @@ from typing import Any, Callable
 
 import pytest
 
-from components.render import Render, write_render
+from components.render import SECRET_SIGNATURE, Render, write_render
 from components.report import (
     MARKER,
-    SECRET_SIG,
     Finding,
     Impact,
     Plan,
@@ -194,7 +193,7 @@ PLANTED = "planted-S3cr3t-value-0xC0FFEE"
 
 
 def envelope(value: Any) -> dict[str, Any]:
-    return {SECRET_SIG: SECRET_ENVELOPE_SIG, "plaintext": json.dumps(value)}
+    return {SECRET_SIGNATURE: SECRET_ENVELOPE_SIG, "plaintext": json.dumps(value)}
 
 
 def urn(resource_type: str, name: str) -> str:
