@@ -122,8 +122,8 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
 
     render = render_config(dev.config, stack="dev")
     steps = dev.preview_steps.steps
-    # Kubernetes objects: per type, the same as the render
-    expected = Counter(obj.pulumi_type for obj in render.objects)
+    # Kubernetes objects and components: per type, the same as the render
+    expected = Counter(r.type for r in render.registrations if not r.type.startswith(("pulumi:", "random:")))
     assert Counter(m.type for m in steps if not m.type.startswith(("pulumi:", "random:"))) == expected
     # the generated secrets (the render records their values: munge key base64 + hex, DB password)
     assert Counter(m.type for m in steps if m.type.startswith("random:")) == {
