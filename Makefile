@@ -1,6 +1,6 @@
 # dualsched — the two commands that matter:
 #   make up     set up everything and run the dev stack (tools, local cluster, pulumi up)
-#   make test   run every test tier: unit, real Slurm, real Pulumi engine + API server
+#   make test   run every test tier: unit, real Slurm, real Pulumi engine + API server, real node
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +10,7 @@ TOOLS_CACHE ?= $(HOME)/.cache/dualsched-tools
 export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 
 .PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
-        test test-unit test-slurm test-e2e bench clean
+        test test-unit test-slurm test-e2e test-node images bench clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -34,10 +34,13 @@ render-prod: venv
 tools:
 	tools/build-tools.sh
 
+# the control plane without fake nodes, and this machine as its one real node
 cluster: tools
-	tools/cluster.sh up
+	tools/cluster.sh up none
+	tools/node.sh up
 
 cluster-down:
+	tools/node.sh down
 	tools/cluster.sh down
 
 up: venv tools cluster
@@ -54,7 +57,7 @@ checkov:
 
 ## Tests
 test-unit: venv checkov
-	$(PY) -m pytest -m "not slurm and not e2e"
+	$(PY) -m pytest -m "not slurm and not e2e and not node"
 
 test-slurm: venv slurm-deps
 	$(PY) -m pytest -m slurm tests/slurm
@@ -63,7 +66,15 @@ test-slurm: venv slurm-deps
 test-e2e: venv tools
 	$(PY) -m pytest -m e2e tests/e2e
 
-test: venv slurm-deps checkov tools
+# the real-node tier starts (and stops) a control plane and a real node of its own
+test-node: venv tools images
+	$(PY) -m pytest -m node tests/node
+
+## Container images of the real node, from Debian packages (cached in $(TOOLS_CACHE)/images)
+images:
+	tools/images.sh build
+
+test: venv slurm-deps checkov tools images
 	$(PY) -m pytest
 
 bench: venv

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from typing import Optional
@@ -24,16 +25,58 @@ from components.common import (
     stateful,
     tcp_probe,
 )
-from components.controller import SLURM_UID
+from components.identity import SLURM_UID, identity_mounts, identity_volume
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import MYSQL_PORT, SLURMDBD_PORT
 from components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
 from config.models import DatabaseMode, StackConfig
 
 MARIADB_UID = 999
-"""The mysql user of the official MariaDB image."""
+"""The mysql user of the official MariaDB image; the pod needs no account of that name."""
 PASSWORD_KEY = "password"
 DB_PASSWORD_DIR = "/run/secrets/db"
+DATA_DIR = "/var/lib/mysql"
+SOCKET_DIR = "/run/mysqld"
+INIT_DIR = "/run/mysqld-init"
+
+
+def database_init_script(database: str, user: str) -> str:
+    """Shell for the init container: a data directory on first start, and an --init-file that
+    (re)creates slurmdbd's database and user with the password in the Secret at every start.
+
+    No image entrypoint is involved, so the official image and a Debian one behave alike; root
+    is only ever ``root@localhost`` over the socket (mariadb-install-db's default), with no password
+    to print or to leak.
+    """
+    # printf's format in single quotes, \047 for SQL's quotes, every value an argument: nothing
+    # in a name or the password is ever read by the shell.
+    grants = (
+        "CREATE DATABASE IF NOT EXISTS %s;\\n"
+        "CREATE USER IF NOT EXISTS \\047%s\\047@\\047%%\\047 IDENTIFIED BY \\047%s\\047;\\n"
+        "ALTER USER \\047%s\\047@\\047%%\\047 IDENTIFIED BY \\047%s\\047;\\n"
+        "GRANT ALL PRIVILEGES ON %s.* TO \\047%s\\047@\\047%%\\047;\\n"
+    )
+    values = " ".join(shlex.quote(value) for value in (database, user))
+    return " && ".join(
+        [
+            "umask 077",
+            # a failed first install leaves a partial mysql/ behind: remove it, or the next start skips the install
+            f"if [ ! -d {DATA_DIR}/mysql ]; then mariadb-install-db --no-defaults --datadir={DATA_DIR} --skip-test-db"
+            f" --auth-root-authentication-method=socket || {{ rm -rf {DATA_DIR}/mysql; exit 1; }}; fi",
+            f'password="$(cat {DB_PASSWORD_DIR}/{PASSWORD_KEY})"',
+            f"printf '{grants}' {values} \"$password\" {shlex.quote(user)} \"$password\" {values} > {INIT_DIR}/init.sql",
+        ]
+    )
+
+
+def mariadb_command() -> list[str]:
+    return [
+        "mariadbd", "--no-defaults",
+        f"--datadir={DATA_DIR}", f"--socket={SOCKET_DIR}/mysqld.sock", f"--port={MYSQL_PORT}",
+        "--bind-address=0.0.0.0", "--skip-name-resolve", f"--init-file={INIT_DIR}/init.sql",
+        # slurmdbd's recommended settings (slurmdbd.conf(5), "innodb_lock_wait_timeout").
+        "--innodb-lock-wait-timeout=900", "--innodb-buffer-pool-size=256M",
+    ]  # fmt: skip
 
 
 def password_volume(secret_name: pulumi.Input[str], key: str) -> k8s.core.v1.VolumeArgs:
@@ -53,6 +96,7 @@ class AccountingArgs:
     site: Site
     namespace: pulumi.Input[str]
     munge_secret_name: pulumi.Input[str]
+    identity_config_map_name: pulumi.Input[str]
 
 
 class Accounting(pulumi.ComponentResource):
@@ -96,7 +140,7 @@ class Accounting(pulumi.ComponentResource):
             ),
             opts=stateful(self, config.protect_state),
         )
-        service = k8s.core.v1.Service(
+        k8s.core.v1.Service(
             f"{name}-db",
             metadata=meta(name=DATABASE_SERVICE, namespace=args.namespace, labels=db_labels),
             spec=k8s.core.v1.ServiceSpecArgs(
@@ -104,19 +148,16 @@ class Accounting(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
-        env = [
-            k8s.core.v1.EnvVarArgs(name="MARIADB_DATABASE", value=site.database.name),
-            k8s.core.v1.EnvVarArgs(name="MARIADB_USER", value=site.database.user),
-            # The entrypoint reads the password from the mounted Secret, never from the environment.
-            k8s.core.v1.EnvVarArgs(name="MARIADB_PASSWORD_FILE", value=f"{DB_PASSWORD_DIR}/{PASSWORD_KEY}"),
-            k8s.core.v1.EnvVarArgs(name="MARIADB_RANDOM_ROOT_PASSWORD", value="1"),
-        ]
-        health = ["healthcheck.sh", "--connect", "--innodb_initialized"]
+        health = ["mariadb-admin", f"--socket={SOCKET_DIR}/mysqld.sock", "ping"]
+        data_mount = mount("data", DATA_DIR)
+        init_mount = mount("init", INIT_DIR)
         k8s.apps.v1.StatefulSet(
             f"{name}-db",
             metadata=meta(name=DATABASE_SERVICE, namespace=args.namespace, labels=db_labels),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
-                service_name=service.metadata.name,
+                # The name, not the Service's output: the engine waits for a Service to have ready
+                # endpoints, which only this StatefulSet's pods can give it.
+                service_name=DATABASE_SERVICE,
                 replicas=1,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=db_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
@@ -125,28 +166,40 @@ class Accounting(pulumi.ComponentResource):
                         automount_service_account_token=False,
                         affinity=off_gpu_pools(config.placement.pool_label),
                         security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=MARIADB_UID),
+                        init_containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name="mariadb-init",
+                                image=config.images.mariadb,
+                                command=["sh", "-c", database_init_script(site.database.name, site.database.user)],
+                                resources=requirements(settings.resources),
+                                volume_mounts=[
+                                    data_mount,
+                                    init_mount,
+                                    mount("db-password", DB_PASSWORD_DIR, read_only=True),
+                                    mount("tmp", "/tmp"),
+                                ],
+                                security_context=locked_down(run_as_user=MARIADB_UID),
+                            )
+                        ],
                         containers=[
                             k8s.core.v1.ContainerArgs(
                                 name="mariadb",
                                 image=config.images.mariadb,
-                                env=env,
+                                command=mariadb_command(),
                                 ports=[k8s.core.v1.ContainerPortArgs(name="mysql", container_port=MYSQL_PORT)],
                                 resources=requirements(settings.resources),
                                 startup_probe=exec_probe(health, period=5, failures=60),
                                 liveness_probe=exec_probe(health, period=20),
                                 readiness_probe=exec_probe(health, period=10),
-                                volume_mounts=[
-                                    mount("data", "/var/lib/mysql"),
-                                    mount("db-password", DB_PASSWORD_DIR, read_only=True),
-                                    mount("run", "/run/mysqld"),
-                                    mount("tmp", "/tmp"),
-                                ],
+                                volume_mounts=[data_mount, init_mount, mount("run", SOCKET_DIR), mount("tmp", "/tmp")],
                                 security_context=locked_down(run_as_user=MARIADB_UID),
                             )
                         ],
                         volumes=[
                             claim_volume("data", claim.metadata.name),
                             password_volume(secret.metadata.name, PASSWORD_KEY),
+                            # The init file holds the password: memory only, never on the claim.
+                            empty_dir("init", medium="Memory"),
                             empty_dir("run"),
                             empty_dir("tmp"),
                         ],
@@ -224,7 +277,14 @@ class Accounting(pulumi.ComponentResource):
                                 startup_probe=tcp_probe(site.slurmdbd_port, period=5, failures=60),
                                 liveness_probe=tcp_probe(site.slurmdbd_port, period=20),
                                 readiness_probe=tcp_probe(site.slurmdbd_port, period=10),
-                                volume_mounts=[mount("conf", CONF_DIR), mount("run", site.run_dir), munge_socket_mount()],
+                                volume_mounts=[
+                                    mount("conf", CONF_DIR),
+                                    mount("run", site.run_dir),
+                                    # ArchiveDir's default: slurmdbd exits when it cannot write there
+                                    mount("tmp", "/tmp"),
+                                    munge_socket_mount(),
+                                    *identity_mounts(),
+                                ],
                                 security_context=locked_down(run_as_user=SLURM_UID),
                             )
                         ],
@@ -235,7 +295,9 @@ class Accounting(pulumi.ComponentResource):
                             password_volume(password_secret, password_key),
                             empty_dir("conf", medium="Memory"),
                             empty_dir("run"),
+                            empty_dir("tmp"),
                             *munge_volumes(args.munge_secret_name),
+                            identity_volume(args.identity_config_map_name),
                         ],
                     ),
                 ),

@@ -10,6 +10,7 @@ from components.accounting import Accounting, AccountingArgs
 from components.common import child
 from components.compute import ComputePool, ComputePoolArgs
 from components.controller import SlurmController, SlurmControllerArgs
+from components.identity import UserDirectory, UserDirectoryArgs
 from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
 from components.munge import MungeKey, MungeKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
@@ -49,6 +50,12 @@ class DualScheduledCluster(pulumi.ComponentResource):
             MungeKeyArgs({key: ns for key, ns in namespaces.items() if key != INFERENCE}),
             opts=child(self),
         )
+        # Who jobs run as: every namespace that runs Slurm code resolves users the same way.
+        users = UserDirectory(
+            f"{name}-users",
+            UserDirectoryArgs(config, {key: ns for key, ns in namespaces.items() if key != INFERENCE}),
+            opts=child(self),
+        )
         slurm_config = SlurmConfig(f"{name}-slurm-config", SlurmConfigArgs(config, site, namespaces[SLURM]), opts=child(self))
         storage = SharedStorageVolumes(
             f"{name}-shared",
@@ -69,18 +76,35 @@ class DualScheduledCluster(pulumi.ComponentResource):
         controller = SlurmController(
             f"{name}-slurmctld",
             SlurmControllerArgs(
-                config, site, namespaces[SLURM], slurm_config.config_map_name, slurm_config.hash, munge.secret_names[SLURM]
+                config,
+                site,
+                namespaces[SLURM],
+                slurm_config.config_map_name,
+                slurm_config.restart_hash,
+                munge.secret_names[SLURM],
+                users.config_map_names[SLURM],
             ),
-            opts=child(self),
+            # the ConfigMap exists before slurmctld mounts it (by its fixed name)
+            opts=child(self, depends_on=[slurm_config]),
         )
         if config.slurm.accounting.enabled:
             Accounting(
-                f"{name}-accounting", AccountingArgs(config, site, namespaces[SLURM], munge.secret_names[SLURM]), opts=child(self)
+                f"{name}-accounting",
+                AccountingArgs(config, site, namespaces[SLURM], munge.secret_names[SLURM], users.config_map_names[SLURM]),
+                opts=child(self),
             )
         for pool in config.slurm_pools:
             ComputePool(
                 f"{name}-slurmd-{pool.name}",
-                ComputePoolArgs(config, pool, site, namespaces[SLURM], munge.secret_names[SLURM], storage.claim_names[SLURM]),
+                ComputePoolArgs(
+                    config,
+                    pool,
+                    site,
+                    namespaces[SLURM],
+                    munge.secret_names[SLURM],
+                    users.config_map_names[SLURM],
+                    storage.claim_names[SLURM],
+                ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
                 opts=child(self, depends_on=[node_pools[pool.name]]),
             )
@@ -97,7 +121,14 @@ class DualScheduledCluster(pulumi.ComponentResource):
         if config.submission.enabled:
             self.submission = JobSubmission(
                 f"{name}-submission",
-                JobSubmissionArgs(config, namespaces[JOBS], slurm_config.files, munge.secret_names[JOBS], storage.claim_names[JOBS]),
+                JobSubmissionArgs(
+                    config,
+                    namespaces[JOBS],
+                    slurm_config.files,
+                    munge.secret_names[JOBS],
+                    users.config_map_names[JOBS],
+                    storage.claim_names[JOBS],
+                ),
                 opts=child(self),
             )
 

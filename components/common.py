@@ -72,14 +72,22 @@ def off_gpu_pools(pool_label: str) -> k8s.core.v1.AffinityArgs:
 
 
 def locked_down(
-    run_as_user: Optional[int] = None, read_only_root: bool = True, add_capabilities: tuple[str, ...] = ()
+    run_as_user: Optional[int] = None,
+    read_only_root: bool = True,
+    add_capabilities: tuple[str, ...] = (),
+    run_as_group: Optional[int] = None,
 ) -> k8s.core.v1.SecurityContextArgs:
-    """No privilege escalation, every capability dropped but those named, read-only root."""
+    """No privilege escalation, every capability dropped but those named, read-only root.
+
+    A given user runs with its group (``run_as_group`` defaults to the uid): never the image's
+    default group, which is root's; daemons such as slurmctld switch to their own group and fail.
+    """
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
         read_only_root_filesystem=read_only_root,
         run_as_non_root=True if run_as_user else None,
         run_as_user=run_as_user,
+        run_as_group=run_as_user if run_as_group is None else run_as_group,
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=list(add_capabilities) or None),
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
     )

@@ -9,17 +9,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import (
-    GPU_RESOURCE,
-    child,
-    claim_volume,
-    empty_dir,
-    labels,
-    meta,
-    mount,
-    resource_list,
-    tcp_probe,
-)
+from components.common import GPU_RESOURCE, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe
+from components.identity import identity_mounts, identity_volume
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.slurm_files import Site
 from config.models import NodePool, StackConfig, Taint
@@ -46,7 +37,23 @@ class ComputePoolArgs:
     site: Site
     namespace: pulumi.Input[str]
     munge_secret_name: pulumi.Input[str]
+    identity_config_map_name: pulumi.Input[str]
     shared_claim_name: pulumi.Input[str]
+
+
+def slurmd_resources(pool: NodePool) -> dict[str, str]:
+    """The node share Slurm allocates, as both requests and limits: a Guaranteed pod, which
+    the kubelet evicts last, with exactly the memory slurm.conf promises (RealMemory, MiB)."""
+    gpus = {GPU_RESOURCE: str(pool.slurm_gpu_count)} if pool.slurm_gpu_count else {}
+    return {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", **gpus}
+
+
+def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
+    """Jobs run in the slurmd container: its /dev/shm is theirs (the runtime's default is 64 MiB)."""
+    return k8s.core.v1.VolumeArgs(
+        name="shm",
+        empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{pool.job_shm_bytes // 2**20}Mi"),
+    )
 
 
 class ComputePool(pulumi.ComponentResource):
@@ -80,7 +87,7 @@ class ComputePool(pulumi.ComponentResource):
     @staticmethod
     def _pod_spec(args: ComputePoolArgs) -> k8s.core.v1.PodSpecArgs:
         config, pool, site = args.config, args.pool, args.site
-        gpus = {GPU_RESOURCE: str(pool.slurm_gpu_count)} if pool.slurm_gpu_count else {}
+        resources = slurmd_resources(pool)
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
@@ -104,10 +111,7 @@ class ComputePool(pulumi.ComponentResource):
                         )
                     ],
                     ports=[k8s.core.v1.ContainerPortArgs(name="slurmd", container_port=site.slurmd_port)],
-                    resources=k8s.core.v1.ResourceRequirementsArgs(
-                        requests=resource_list(pool.slurmd_requests, gpus),
-                        limits={"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}M", **gpus},
-                    ),
+                    resources=k8s.core.v1.ResourceRequirementsArgs(requests=resources, limits=resources),
                     startup_probe=tcp_probe(site.slurmd_port, period=5, failures=60),
                     liveness_probe=tcp_probe(site.slurmd_port, period=30),
                     readiness_probe=tcp_probe(site.slurmd_port, period=15),
@@ -117,7 +121,9 @@ class ComputePool(pulumi.ComponentResource):
                         mount("spool", site.slurmd_spool_dir),
                         mount("run", site.run_dir),
                         mount("shared", SHARED_MOUNT),
+                        mount("shm", "/dev/shm"),
                         munge_socket_mount(),
+                        *identity_mounts(),
                     ],
                 )
             ],
@@ -125,6 +131,8 @@ class ComputePool(pulumi.ComponentResource):
                 empty_dir("spool"),
                 empty_dir("run"),
                 claim_volume("shared", args.shared_claim_name),
+                job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
+                identity_volume(args.identity_config_map_name),
             ],
         )

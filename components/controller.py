@@ -24,15 +24,28 @@ from components.common import (
     stateful,
     tcp_probe,
 )
+from components.identity import SLURM_UID, identity_mounts, identity_volume
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR
 from components.slurm_files import CONTROLLER_SERVICE, Site
 from config.models import StackConfig
 
-SLURM_UID = 401
-"""The slurm user of SchedMD's Slinky images; files on the state claim belong to it."""
-CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-config-hash"
+CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
+"""On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""
+RECONFIGURE_INTERVAL = 10
+
+# The kubelet swaps a changed ConfigMap into the mounted directory atomically; when the files
+# differ from what slurmctld last read, tell it to re-read them. Configless slurmd follow.
+RECONFIGURE_LOOP = (
+    f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    f"while sleep {RECONFIGURE_INTERVAL}; do "
+    f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    '[ "$now" = "$seen" ] && continue; '
+    'echo "slurm config changed: scontrol reconfigure"; '
+    'scontrol reconfigure && seen="$now"; '
+    "done"
+)
 
 
 @dataclass(frozen=True)
@@ -40,9 +53,10 @@ class SlurmControllerArgs:
     config: StackConfig
     site: Site
     namespace: pulumi.Input[str]
-    config_map_name: pulumi.Input[str]
-    config_hash: str
+    config_map_name: str
+    restart_hash: str
     munge_secret_name: pulumi.Input[str]
+    identity_config_map_name: pulumi.Input[str]
 
 
 class SlurmController(pulumi.ComponentResource):
@@ -70,7 +84,7 @@ class SlurmController(pulumi.ComponentResource):
             ),
             opts=stateful(self, config.protect_state),
         )
-        service = k8s.core.v1.Service(
+        k8s.core.v1.Service(
             f"{name}-headless",
             metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
             spec=k8s.core.v1.ServiceSpecArgs(
@@ -86,12 +100,14 @@ class SlurmController(pulumi.ComponentResource):
             name,
             metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
             spec=k8s.apps.v1.StatefulSetSpecArgs(
-                service_name=service.metadata.name,
+                # The name, not the Service's output: the engine waits for a Service to have ready
+                # endpoints, which only this StatefulSet's pods can give it.
+                service_name=CONTROLLER_SERVICE,
                 replicas=len(site.controller_hosts),
                 pod_management_policy="Parallel",
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=pod_labels, annotations={CONFIG_HASH_ANNOTATION: args.config_hash}),
+                    metadata=meta(labels=pod_labels, annotations={CONFIG_HASH_ANNOTATION: args.restart_hash}),
                     spec=self._pod_spec(args, state.metadata.name),
                 ),
             ),
@@ -107,6 +123,7 @@ class SlurmController(pulumi.ComponentResource):
     def _pod_spec(args: SlurmControllerArgs, state_claim: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:
         config, site = args.config, args.site
         slurm_conf = f"{CONFIG_DIR}/slurm.conf"
+        slurm_env = [k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=slurm_conf)]
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
             affinity=off_gpu_pools(config.placement.pool_label),
@@ -117,7 +134,7 @@ class SlurmController(pulumi.ComponentResource):
                     name="slurmctld",
                     image=config.images.slurmctld,
                     command=["slurmctld", "-D", "-f", slurm_conf],
-                    env=[k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=slurm_conf)],
+                    env=slurm_env,
                     ports=[k8s.core.v1.ContainerPortArgs(name="slurmctld", container_port=site.slurmctld_port)],
                     resources=requirements(config.slurm.controller.resources),
                     startup_probe=tcp_probe(site.slurmctld_port, period=5, failures=60),
@@ -129,9 +146,28 @@ class SlurmController(pulumi.ComponentResource):
                         mount("run", site.run_dir),
                         mount("tmp", "/tmp"),
                         munge_socket_mount(),
+                        *identity_mounts(),
                     ],
                     security_context=locked_down(run_as_user=SLURM_UID),
-                )
+                ),
+                k8s.core.v1.ContainerArgs(
+                    name="reconfigure",
+                    image=config.images.slurmctld,
+                    command=["sh", "-c", RECONFIGURE_LOOP],
+                    env=slurm_env,
+                    # alive while it can read what it watches
+                    liveness_probe=exec_probe(["test", "-r", slurm_conf], period=30),
+                    readiness_probe=exec_probe(["test", "-r", slurm_conf], period=30),
+                    resources=k8s.core.v1.ResourceRequirementsArgs(
+                        requests={"cpu": "10m", "memory": "16Mi"}, limits={"cpu": "100m", "memory": "64Mi"}
+                    ),
+                    volume_mounts=[
+                        mount("slurm-config", CONFIG_DIR, read_only=True),
+                        munge_socket_mount(),
+                        *identity_mounts(),
+                    ],
+                    security_context=locked_down(run_as_user=SLURM_UID),
+                ),
             ],
             volumes=[
                 config_map_volume("slurm-config", args.config_map_name),
@@ -139,5 +175,6 @@ class SlurmController(pulumi.ComponentResource):
                 empty_dir("run"),
                 empty_dir("tmp"),
                 *munge_volumes(args.munge_secret_name),
+                identity_volume(args.identity_config_map_name),
             ],
         )

@@ -16,8 +16,35 @@ MUNGE_KEY_BYTES = 1024
 """munge's own key size (mungekey --bits 8192)."""
 KEY_FILE = "munge.key"
 KEY_VOLUME = "munge-key"
+PRIVATE_VOLUME = "munge-private"
 SOCKET_VOLUME = "munge-socket"
+SECRET_DIR = "/etc/munge-secret"
+PRIVATE_DIR = "/var/lib/munge"
 SOCKET_DIR = "/run/munge"
+SOCKET = f"{SOCKET_DIR}/munge.socket.2"
+
+# munged refuses a key that is a symlink (a Secret volume's files link into ..data/), a key
+# readable by anyone but its owner, and a key or socket directory that others may write without
+# the sticky bit (an emptyDir is 0777): munge 0.5.15 src/munged/conf.c and path.c. So the key is
+# copied out of the Secret into a private emptyDir, and both directories get munged's modes.
+MUNGED_START = " && ".join(
+    [
+        "umask 077",
+        f"install -m 0400 {SECRET_DIR}/{KEY_FILE} {PRIVATE_DIR}/{KEY_FILE}",
+        f"chmod 0700 {PRIVATE_DIR}",
+        f"chmod 0755 {SOCKET_DIR}",
+        " ".join(
+            [
+                "exec munged --foreground",
+                f"--key-file={PRIVATE_DIR}/{KEY_FILE}",
+                f"--socket={SOCKET}",
+                f"--pid-file={PRIVATE_DIR}/munged.pid",
+                f"--seed-file={PRIVATE_DIR}/munged.seed",
+                "--log-file=/dev/stderr",
+            ]
+        ),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +81,7 @@ def munge_volumes(secret_name: pulumi.Input[str]) -> list[k8s.core.v1.VolumeArgs
             name=KEY_VOLUME,
             secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=secret_name, default_mode=0o400),
         ),
+        empty_dir(PRIVATE_VOLUME, medium="Memory"),
         empty_dir(SOCKET_VOLUME),
     ]
 
@@ -65,25 +93,25 @@ def munge_socket_mount() -> k8s.core.v1.VolumeMountArgs:
 def munged_sidecar(image: str) -> k8s.core.v1.ContainerArgs:
     """munged as a native sidecar (an init container that keeps running), sharing its socket.
 
-    It runs as root because munged insists the key file is owned by its own user and a
-    Secret volume's files belong to root; it needs no capability and writes only its socket dir.
+    It runs as root, the owner munged requires of its key, with every capability dropped:
+    root may read and chmod what it owns without one. Only it mounts the key.
+    Requests equal limits, so a Guaranteed slurmd pod stays Guaranteed.
     """
+    resources = {"cpu": "50m", "memory": "64Mi"}
     return k8s.core.v1.ContainerArgs(
         name="munged",
         image=image,
         restart_policy="Always",
-        command=[
-            "munged",
-            "--foreground",
-            f"--key-file=/etc/munge/{KEY_FILE}",
-            f"--socket={SOCKET_DIR}/munge.socket.2",
-            f"--pid-file={SOCKET_DIR}/munged.pid",
-            f"--seed-file={SOCKET_DIR}/munged.seed",
-            "--log-file=/dev/stderr",
+        command=["sh", "-c", MUNGED_START],
+        volume_mounts=[
+            mount(KEY_VOLUME, SECRET_DIR, read_only=True),
+            mount(PRIVATE_VOLUME, PRIVATE_DIR),
+            munge_socket_mount(),
         ],
-        volume_mounts=[mount(KEY_VOLUME, "/etc/munge", read_only=True), munge_socket_mount()],
-        resources=k8s.core.v1.ResourceRequirementsArgs(
-            requests={"cpu": "50m", "memory": "32Mi"}, limits={"cpu": "200m", "memory": "64Mi"}
+        resources=k8s.core.v1.ResourceRequirementsArgs(requests=resources, limits=resources),
+        # A client that connects before the socket exists fails: start the next container only then.
+        startup_probe=k8s.core.v1.ProbeArgs(
+            exec_=k8s.core.v1.ExecActionArgs(command=["test", "-S", SOCKET]), period_seconds=1, failure_threshold=60
         ),
-        security_context=locked_down(),
+        security_context=locked_down(run_as_user=0),
     )

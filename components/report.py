@@ -485,9 +485,12 @@ def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
         return []
     files = sorted({d.path.split(".", 1)[1].split("[")[0] for d in change.deltas if d.path.startswith("data.")})
     details = [f"changed: {', '.join(f'`{f}`' for f in files) or 'data'} (diff below)"]
-    details.append("run `scontrol reconfigure` after the apply: in configless mode every slurmd re-fetches the config")
+    details.append(
+        "applied without a restart: the kubelet refreshes slurmctld's mounted copy and its reconfigure sidecar "
+        "runs `scontrol reconfigure`; configless slurmd get the new files from slurmctld"
+    )
     if change.op == "replace":
-        details.append("pulumi-kubernetes replaces a ConfigMap whose data changes; the controller's volume follows it")
+        details.append("pulumi-kubernetes replaces a ConfigMap whose data changes; slurmctld mounts it by its fixed name")
     return [Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
 
 
@@ -547,7 +550,7 @@ def workload_findings(change: Change, plan: Plan) -> list[Finding]:
     if role == "slurmctld":
         details = []
         if change.changed(f"spec.template.metadata.annotations.{CONFIG_HASH_ANNOTATION}"):
-            details.append(f"slurm.conf changed (pod annotation `{CONFIG_HASH_ANNOTATION}`)")
+            details.append(f"slurm.conf settings that only a restart applies changed (pod annotation `{CONFIG_HASH_ANNOTATION}`)")
         details.append("running jobs continue (state is saved in StateSaveLocation); scheduling pauses while it restarts")
         return [Finding(Impact.SLURMCTLD_RESTART, change, f"{change.op} of {change.title}", details)]
     if role in ("slurmdbd", "mariadb"):

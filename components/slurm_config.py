@@ -10,10 +10,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child, labels, meta
-from components.slurm_files import Site, config_hash, render_slurm_files
+from components.slurm_files import Site, config_hash, render_slurm_files, restart_hash
 from config.models import StackConfig
 
 CONFIG_DIR = "/etc/slurm"
+CONFIG_MAP_NAME = "slurm-config"
 
 
 @dataclass(frozen=True)
@@ -24,25 +25,35 @@ class SlurmConfigArgs:
 
 
 class SlurmConfig(pulumi.ComponentResource):
-    """slurm.conf, gres.conf and cgroup.conf in a ConfigMap, and their hash.
+    """slurm.conf, gres.conf and cgroup.conf in a ConfigMap, and their hashes.
 
     The files hold no secret. Compute nodes never mount them: in configless mode
-    slurmd fetches them from slurmctld, so a change rolls only the controller.
+    slurmd fetches them from slurmctld. The ConfigMap has a fixed name, so a change
+    (pulumi-kubernetes replaces a ConfigMap whose data changes) leaves slurmctld's pod
+    template alone: the kubelet refreshes the mounted files, and the controller's
+    reconfigure sidecar runs `scontrol reconfigure`. Only ``restart_hash`` rolls slurmctld.
     """
 
     files: dict[str, str]
     hash: str
-    config_map_name: pulumi.Output[str]
+    restart_hash: str
+    config_map_name: str
 
     def __init__(self, name: str, args: SlurmConfigArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:slurm_config:SlurmConfig", name, None, opts)
         self.files = render_slurm_files(args.config, args.site)
         self.hash = config_hash(self.files)
-        config_map = k8s.core.v1.ConfigMap(
+        self.restart_hash = restart_hash(self.files)
+        k8s.core.v1.ConfigMap(
             name,
-            metadata=meta(namespace=args.namespace, labels=labels("slurm-config", args.config.slurm.cluster_name)),
+            metadata=meta(
+                name=CONFIG_MAP_NAME, namespace=args.namespace, labels=labels("slurm-config", args.config.slurm.cluster_name)
+            ),
             data=self.files,
             opts=child(self),
         )
-        self.config_map_name = config_map.metadata.name
-        self.register_outputs({"config_map_name": self.config_map_name, "hash": self.hash})
+        # The fixed name, not the object's output: a data change replaces the ConfigMap (delete, then
+        # create), and the engine replaces every resource whose inputs come from a replaced one's
+        # outputs. Mounting it by name keeps slurmctld running through a config change.
+        self.config_map_name = CONFIG_MAP_NAME
+        self.register_outputs({"config_map_name": self.config_map_name, "hash": self.hash, "restart_hash": self.restart_hash})

@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 import hostlist
 import jinja2
 
-from config.models import DatabaseMode, StackConfig
+from config.models import CgroupVersion, DatabaseMode, GpuAutoDetect, StackConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
@@ -79,9 +79,15 @@ class Site:
     gpu_autodetect: Optional[str] = "nvml"
     """gres.conf AutoDetect; None lists GPUs explicitly."""
     gpu_device_prefix: Optional[str] = None
-    """Test-only: GPUs are the files <prefix>0..N-1 instead of detected devices."""
+    """GPUs are the device files <prefix>0..N-1 instead of detected devices."""
     node_addresses: Mapping[str, str] = field(default_factory=dict)
     """Pool name -> NodeAddr hostlist, when node names do not resolve to the nodes."""
+    addresses_from_registration: bool = False
+    """Pools without node_addresses learn each node's address when its slurmd registers
+    (State=CLOUD with SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
+
+
+CGROUP_PLUGINS = {CgroupVersion.V2: "cgroup/v2", CgroupVersion.V1: "cgroup/v1"}
 
 
 def kubernetes_site(config: StackConfig) -> Site:
@@ -100,7 +106,14 @@ def kubernetes_site(config: StackConfig) -> Site:
         accounting_host=f"{ACCOUNTING_SERVICE}.{namespace}.svc.cluster.local",
         dbd_host=ACCOUNTING_SERVICE,
         database=database_endpoint(config),
+        cgroup_plugin=CGROUP_PLUGINS[config.slurm.cgroup_version],
+        gpu_autodetect=config.slurm.gpu_auto_detect.value,
+        # Without NVML, a node's GPUs are the device files its slurmd container was given.
+        gpu_device_prefix="/dev/nvidia" if config.slurm.gpu_auto_detect is GpuAutoDetect.OFF else None,
+        # Kubernetes node names are not host names cluster DNS resolves (slurmd runs on the host network).
+        addresses_from_registration=True,
     )
+
 
 
 def database_endpoint(config: StackConfig) -> DatabaseEndpoint:
@@ -118,6 +131,7 @@ class _NodeLine:
     addresses: Optional[str]
     cpus: int
     real_memory_mb: int
+    mem_spec_limit_mb: int
     gpus: int
     gpu_type: Optional[str]
 
@@ -145,6 +159,7 @@ def _node_lines(config: StackConfig, site: Site) -> list[_NodeLine]:
             addresses=site.node_addresses.get(pool.name),
             cpus=pool.cpus,
             real_memory_mb=pool.real_memory_mb,
+            mem_spec_limit_mb=pool.mem_spec_limit_mb,
             gpus=pool.slurm_gpu_count,
             gpu_type=pool.gpu_type,
         )
@@ -204,3 +219,18 @@ def config_hash(files: Mapping[str, str]) -> str:
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     return digest.hexdigest()
+
+
+# slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`;
+# before Slurm 23.11 so does adding or removing nodes. Everything else is reloaded in place.
+RESTART_KEYS = (
+    "AuthType", "AuthInfo", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
+    "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort",
+    "SlurmUser", "StateSaveLocation", "TaskPlugin",
+)
+
+
+def restart_hash(files: Mapping[str, str]) -> str:
+    """A digest of the slurm.conf lines only a restart applies; the rest changes by reconfigure."""
+    lines = [line for line in files["slurm.conf"].splitlines() if line.split("=", 1)[0] in RESTART_KEYS]
+    return config_hash({"slurm.conf": "\n".join(lines), "cgroup.conf": files["cgroup.conf"]})

@@ -26,9 +26,12 @@ class StorageConsumer:
 
 
 def volume_source(storage: SharedStorage, read_only: bool) -> dict:
-    """The PV's nfs or csi source (as PersistentVolumeSpecArgs keyword arguments)."""
+    """The PV's nfs, csi or hostPath source (as PersistentVolumeSpecArgs keyword arguments)."""
     if storage.type is StorageType.NFS:
         return {"nfs": k8s.core.v1.NFSVolumeSourceArgs(server=storage.nfs.server, path=storage.nfs.path, read_only=read_only)}
+    if storage.type is StorageType.HOST_PATH:
+        # hostPath has no read-only flag of its own: the claim's ReadOnlyMany and the pods' readOnly mounts hold it.
+        return {"host_path": k8s.core.v1.HostPathVolumeSourceArgs(path=storage.host_path.path, type="DirectoryOrCreate")}
     lustre = storage.lustre
     return {
         "csi": k8s.core.v1.CSIPersistentVolumeSourceArgs(

@@ -16,12 +16,11 @@ import pulumi_kubernetes as k8s
 
 from components.common import child, claim_volume, config_map_volume, empty_dir, labels, locked_down, meta, mount
 from components.compute import SHARED_MOUNT
+from components.identity import identity_mounts, identity_volume
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import pod_security_labels
 from components.slurm_config import CONFIG_DIR
-from config.models import StackConfig
-
-CLIENT_UID = 1000
+from config.models import SlurmUser, StackConfig
 
 
 class JobSubmissionNamespace(pulumi.ComponentResource):
@@ -49,6 +48,7 @@ class JobSubmissionArgs:
     namespace: pulumi.Input[str]
     slurm_files: Mapping[str, str]
     munge_secret_name: pulumi.Input[str]
+    identity_config_map_name: pulumi.Input[str]
     shared_claim_name: pulumi.Input[str]
 
 
@@ -68,12 +68,16 @@ class JobSubmission(pulumi.ComponentResource):
         self.config_map_name = config_map.metadata.name
         self.namespace = args.namespace
         self.munge_secret_name = args.munge_secret_name
+        self.identity_config_map_name = args.identity_config_map_name
         self.shared_claim_name = args.shared_claim_name
         self.images = args.config.images
         self.register_outputs({"config_map_name": self.config_map_name})
 
-    def sbatch_pod_spec(self, script: str, sbatch_args: tuple[str, ...] = ()) -> k8s.core.v1.PodSpecArgs:
-        """A pod that submits ``script`` (a path under /shared) with sbatch and waits for the job."""
+    def sbatch_pod_spec(self, script: str, user: SlurmUser, sbatch_args: tuple[str, ...] = ()) -> k8s.core.v1.PodSpecArgs:
+        """A pod that submits ``script`` (a path under /shared) as ``user`` with sbatch and waits for the job.
+
+        The job runs as that user on the Slurm nodes: slurmctld resolves the uid munge vouches for.
+        """
         return k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
             automount_service_account_token=False,
@@ -93,8 +97,9 @@ class JobSubmission(pulumi.ComponentResource):
                         mount("shared", SHARED_MOUNT),
                         mount("tmp", "/tmp"),
                         munge_socket_mount(),
+                        *identity_mounts(),
                     ],
-                    security_context=locked_down(run_as_user=CLIENT_UID),
+                    security_context=locked_down(run_as_user=user.uid, run_as_group=user.group_id),
                 )
             ],
             volumes=[
@@ -102,5 +107,6 @@ class JobSubmission(pulumi.ComponentResource):
                 claim_volume("shared", self.shared_claim_name),
                 empty_dir("tmp"),
                 *munge_volumes(self.munge_secret_name),
+                identity_volume(self.identity_config_map_name),
             ],
         )

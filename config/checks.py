@@ -222,10 +222,15 @@ def storage_has_required_fields(config: StackConfig) -> Iterator[Problem]:
         for field in ("server", "path"):
             if nfs is None or not getattr(nfs, field):
                 yield Problem(f"storage.nfs.{field}", f"NFS storage needs a {field}", MISSING if nfs is None else getattr(nfs, field) or MISSING)
-    else:
+    elif storage.type is StorageType.LUSTRE:
         lustre = storage.lustre
         if lustre is None or not lustre.volume_handle:
             yield Problem("storage.lustre.volumeHandle", "Lustre storage needs the CSI volumeHandle", MISSING)
+    else:
+        if storage.host_path is None or not storage.host_path.path:
+            yield Problem("storage.hostPath.path", "hostPath storage needs a path", MISSING)
+        if config.environment is Environment.PROD:
+            yield Problem("storage.type", "hostPath shares nothing between nodes: prod needs nfs or lustre", storage.type)
 
 
 def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
@@ -247,16 +252,47 @@ def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
 
     yield from resources_at("slurm.controller.resources", config.slurm.controller.resources)
     yield from resources_at("slurm.accounting.resources", config.slurm.accounting.resources)
-    for index, pool in enumerate(config.pools):
-        requests = pool.slurmd_requests
-        if requests.cpu and parse_quantity(requests.cpu) > pool.cpus:
-            yield Problem(f"pools[{index}].slurmdRequests.cpu", f"exceeds the pool's cpus ({pool.cpus})", requests.cpu)
-        if requests.memory and parse_quantity(requests.memory) > pool.real_memory_mb * 10**6:
-            yield Problem(
-                f"pools[{index}].slurmdRequests.memory", f"exceeds the pool's realMemoryMb ({pool.real_memory_mb})", requests.memory
-            )
     for index, model in enumerate(config.inference.models):
         yield from resources_at(f"inference.models[{index}].resources", model.resources)
+
+
+def slurmd_memory_adds_up(config: StackConfig) -> Iterator[Problem]:
+    """slurmd's own reserve and the jobs' /dev/shm both come out of realMemoryMb."""
+    for index, pool in enumerate(config.pools):
+        if not pool.runs_slurmd:
+            continue
+        job_memory_mb = pool.real_memory_mb - pool.mem_spec_limit_mb
+        if job_memory_mb <= 0:
+            yield Problem(
+                f"pools[{index}].memSpecLimitMb", f"leaves jobs no memory of realMemoryMb ({pool.real_memory_mb})", pool.mem_spec_limit_mb
+            )
+        elif pool.job_shm_bytes > job_memory_mb * 2**20:
+            yield Problem(
+                f"pools[{index}].jobShmSize",
+                f"exceeds the memory jobs get (realMemoryMb - memSpecLimitMb = {job_memory_mb} MiB)",
+                pool.job_shm_size,
+            )
+
+
+# Accounts every Slurm pod's passwd file already holds (components/identity.py).
+SYSTEM_USERS = ("root", "slurm", "nobody")
+SYSTEM_IDS = (0, 401, 65534)
+
+
+def users_are_distinct(config: StackConfig) -> Iterator[Problem]:
+    users = config.slurm.users
+    names, uids = _duplicates([user.name for user in users]), _duplicates([str(user.uid) for user in users])
+    for index, user in enumerate(users):
+        if user.name in SYSTEM_USERS:
+            yield Problem(f"slurm.users[{index}].name", f"is a system account ({', '.join(SYSTEM_USERS)})", user.name)
+        elif user.name in names:
+            yield Problem(f"slurm.users[{index}].name", "name is used more than once", user.name)
+        if user.uid in SYSTEM_IDS or user.group_id in SYSTEM_IDS:
+            which = "uid" if user.uid in SYSTEM_IDS else "gid"
+            yield Problem(f"slurm.users[{index}].{which}", f"is a system account's id ({', '.join(map(str, SYSTEM_IDS))})",
+                          user.uid if which == "uid" else user.group_id)
+        elif str(user.uid) in uids:
+            yield Problem(f"slurm.users[{index}].uid", "uid is used more than once", user.uid)
 
 
 def namespaces_distinct(config: StackConfig) -> Iterator[Problem]:
@@ -287,6 +323,8 @@ CHECKS: tuple[Check, ...] = (
     storage_has_required_fields,
     prod_images_are_pinned,
     requests_within_limits,
+    slurmd_memory_adds_up,
+    users_are_distinct,
     namespaces_distinct,
 )
 

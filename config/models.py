@@ -16,6 +16,7 @@ import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from config.quantities import parse_quantity
 from config.types import (
     AbsolutePath,
     CsiDriverName,
@@ -27,6 +28,7 @@ from config.types import (
     LabelKey,
     LabelValue,
     PartitionName,
+    PosixName,
     Quantity,
     RelativePath,
     SingleLine,
@@ -89,6 +91,17 @@ class DatabaseMode(str, Enum):
 class StorageType(str, Enum):
     NFS = "nfs"
     LUSTRE = "lustre"
+    HOST_PATH = "hostPath"
+    """A directory on the node itself: single-node test clusters only, nothing is shared between nodes."""
+
+
+class CgroupVersion(str, Enum):
+    """The cgroup hierarchy of the GPU nodes, which decides Slurm's cgroup plugin."""
+
+    V2 = "v2"
+    """Unified hierarchy (current distributions): cgroup/v2 without asking systemd for a scope."""
+    V1 = "v1"
+    """Legacy or hybrid hierarchy (older kernels and distributions): cgroup/v1."""
 
 
 class InferenceServer(str, Enum):
@@ -142,6 +155,15 @@ class Toleration(Model):
     """Taint effect; when absent every effect is tolerated."""
 
 
+class GpuAutoDetect(str, Enum):
+    """How slurmd learns a node's GPUs (gres.conf AutoDetect)."""
+
+    NVML = "nvml"
+    """Ask the NVIDIA driver (Slurm built with NVML, as SchedMD's images are)."""
+    OFF = "off"
+    """No NVML: a node's GPUs are /dev/nvidia0..N-1 of its slurmd container (runtimes that number a container's GPUs from 0)."""
+
+
 class Images(Model):
     """Container images. Defaults are pinned, real release tags."""
 
@@ -188,12 +210,14 @@ class NodePool(Model):
     """GRES type, e.g. 'a100' or 'h100' (Gres=gpu:<type>:<n>)."""
     cpus: int = Field(64, ge=1, le=4096)
     """CPUs per node Slurm may allocate (NodeName CPUs=)."""
-    real_memory_mb: int = Field(256000, ge=1)
-    """Memory per node Slurm may allocate, in MB (NodeName RealMemory=)."""
+    real_memory_mb: int = Field(256000, ge=1, le=2**31)
+    """Memory per node given to Slurm, in MiB (NodeName RealMemory=): the slurmd pod's memory request and limit."""
+    mem_spec_limit_mb: int = Field(1024, ge=0, le=2**31)
+    """Part of realMemoryMb kept for slurmd itself, in MiB (MemSpecLimit=); jobs get the rest."""
+    job_shm_size: Optional[Quantity] = None
+    """Size of the memory-backed /dev/shm jobs share (NCCL, PyTorch); it counts against the jobs' memory. Defaults to half of that."""
     taints: Optional[tuple[Taint, ...]] = None
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
-    slurmd_requests: ResourceList = ResourceList(cpu="1", memory="2Gi")
-    """What the slurmd pod reserves; its limits are the node share Slurm allocates (cpus, realMemoryMb, GPUs)."""
 
     @field_validator("nodes")
     @classmethod
@@ -226,6 +250,13 @@ class NodePool(Model):
         if self.slurm_gpus is None:
             return self.gpus_per_node
         return self.slurm_gpus
+
+    @property
+    def job_shm_bytes(self) -> int:
+        """/dev/shm size for jobs, resolving the default: half of the memory jobs get."""
+        if self.job_shm_size is not None:
+            return int(parse_quantity(self.job_shm_size))
+        return max(0, self.real_memory_mb - self.mem_spec_limit_mb) * 2**20 // 2
 
     @property
     def kubernetes_gpu_count(self) -> int:
@@ -332,6 +363,21 @@ class Accounting(Model):
     """slurmdbd container resources."""
 
 
+class SlurmUser(Model):
+    """A user jobs run as, known to every Slurm pod through the passwd and group files dualsched renders."""
+
+    name: PosixName
+    """User name: the job owner in squeue and sacct."""
+    uid: int = Field(ge=1000, le=2**31 - 2)
+    """User id; a job's processes and the files it writes on the shared file system carry it."""
+    gid: Optional[int] = Field(None, ge=1000, le=2**31 - 2)
+    """Primary group id (a group named like the user). Defaults to the uid."""
+
+    @property
+    def group_id(self) -> int:
+        return self.uid if self.gid is None else self.gid
+
+
 class Slurm(Model):
     """The Slurm cluster."""
 
@@ -347,6 +393,12 @@ class Slurm(Model):
     """Accounting settings."""
     resource_quota: Optional[ResourceList] = None
     """Optional ResourceQuota (requests) for the Slurm namespace."""
+    users: tuple[SlurmUser, ...] = ()
+    """Users jobs run as (root never may: DisableRootJobs). Every Slurm pod resolves them the same way."""
+    cgroup_version: CgroupVersion = CgroupVersion.V2
+    """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts."""
+    gpu_auto_detect: GpuAutoDetect = GpuAutoDetect.NVML
+    """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1)."""
 
 
 # --------------------------------------------------------------------------- storage
@@ -368,17 +420,24 @@ class LustreStorage(Model):
     """CSI volumeAttributes (e.g. mgsAddress, fsName)."""
 
 
+class HostPathStorage(Model):
+    path: Optional[AbsolutePath] = None
+    """Directory on the node; created when missing."""
+
+
 class SharedStorage(Model):
     """The file system both schedulers share: training writes checkpoints, serving reads them."""
 
     type: StorageType = StorageType.NFS
-    """nfs or lustre."""
+    """nfs, lustre, or hostPath (one-node test clusters)."""
     capacity: Quantity = "1Ti"
     """Capacity declared on the PersistentVolumes."""
     nfs: Optional[NfsStorage] = None
     """NFS settings (type nfs)."""
     lustre: Optional[LustreStorage] = None
     """Lustre settings (type lustre)."""
+    host_path: Optional[HostPathStorage] = None
+    """hostPath settings (type hostPath)."""
     models_path: RelativePath = "models"
     """Directory on the shared file system that inference mounts read-only."""
 

@@ -66,6 +66,9 @@ _SQL_NAME = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 # A DNS subdomain: dot-separated DNS-1123 labels (StorageClass and CSI driver names).
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
+# A POSIX user or group name as useradd(8) accepts by default (NAME_REGEX, 32 characters).
+_POSIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
 # Free text that must stay on one line (CSI handles and attributes).
 _SINGLE_LINE = re.compile(r"^[^\s]+$")
 
@@ -78,7 +81,8 @@ def _matching(pattern: re.Pattern[str], message: str, max_length: int = 253) -> 
     """A validator that accepts values matching ``pattern`` (at most ``max_length`` long)."""
 
     def check(value: str) -> str:
-        if len(value) > max_length or not pattern.match(value):
+        # fullmatch: `$` alone would also accept a trailing newline, which breaks a Slurm line.
+        if len(value) > max_length or not pattern.fullmatch(value):
             raise ValueError(message)
         return value
 
@@ -112,6 +116,9 @@ PartitionName = Annotated[
     str, _matching(_PARTITION_NAME, "must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters")
 ]
 HostName = Annotated[str, _matching(_HOST, "must be a host name or an IP address")]
+PosixName = Annotated[
+    str, _matching(_POSIX_NAME, "must be a POSIX user name: lower-case letters, digits, '_' and '-', at most 32 characters")
+]
 SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters")]
 DnsSubdomain = Annotated[str, _matching(_DNS_SUBDOMAIN, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
 CsiDriverName = Annotated[

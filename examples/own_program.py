@@ -8,6 +8,7 @@ import pulumi
 
 from components.compute import ComputePool, ComputePoolArgs
 from components.controller import SlurmController, SlurmControllerArgs
+from components.identity import UserDirectory, UserDirectoryArgs
 from components.munge import MungeKey, MungeKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from components.slurm_config import SlurmConfig, SlurmConfigArgs
@@ -20,6 +21,7 @@ def slurm_only(config: StackConfig) -> SlurmController:
     site = kubernetes_site(config)
     namespace = SlurmNamespace("training", SlurmNamespaceArgs(config.slurm)).name
     munge = MungeKey("training-munge", MungeKeyArgs({"slurm": namespace}))
+    users = UserDirectory("training-users", UserDirectoryArgs(config, {"slurm": namespace}))
     files = SlurmConfig("training-config", SlurmConfigArgs(config, site, namespace))
     storage = SharedStorageVolumes(
         "training-shared",
@@ -27,12 +29,28 @@ def slurm_only(config: StackConfig) -> SlurmController:
     )
     controller = SlurmController(
         "training-slurmctld",
-        SlurmControllerArgs(config, site, namespace, files.config_map_name, files.hash, munge.secret_names["slurm"]),
+        SlurmControllerArgs(
+            config,
+            site,
+            namespace,
+            files.config_map_name,
+            files.restart_hash,
+            munge.secret_names["slurm"],
+            users.config_map_names["slurm"],
+        ),
     )
     for pool in config.slurm_pools:
         ComputePool(
             f"training-slurmd-{pool.name}",
-            ComputePoolArgs(config, pool, site, namespace, munge.secret_names["slurm"], storage.claim_names["slurm"]),
+            ComputePoolArgs(
+                config,
+                pool,
+                site,
+                namespace,
+                munge.secret_names["slurm"],
+                users.config_map_names["slurm"],
+                storage.claim_names["slurm"],
+            ),
             opts=pulumi.ResourceOptions(depends_on=[controller]),
         )
     return controller

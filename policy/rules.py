@@ -243,6 +243,8 @@ _PEM_PRIVATE = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 # A munge key (or any random key) as base64: a long unbroken run of the base64 alphabet.
 _BLOB = re.compile(r"^(?:[A-Za-z0-9+/]{43,}|[A-Za-z0-9_-]{43,})={0,2}$")
 _FLAG = re.compile(r"^(0|1|true|false|yes|no|on|off)$", re.I)
+# The rest of a passwd or group line after its name: the password field is the "x" placeholder.
+_ACCOUNT_ENTRY = re.compile(r"^x:\d+:")
 # Slurm's own password options (slurm.conf / slurmdbd.conf): StoragePass, AccountingStoragePass, JobCompPass.
 _CONF_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.-]*)\s*[=:]\s*(\S.*?)\s*$")
 
@@ -265,7 +267,12 @@ def looks_like_blob(value: str) -> bool:
 def _harmless(value: str) -> bool:
     """Values that are not secret material even under a secret-sounding name."""
     value = value.strip().strip("'\"")
-    return not value or bool(_FLAG.match(value)) or value.startswith(("/", "$(", "${")) or value.startswith("file:")
+    return (
+        not value
+        or bool(_FLAG.match(value) or _ACCOUNT_ENTRY.match(value))
+        or value.startswith(("/", "$(", "${"))
+        or value.startswith("file:")
+    )
 
 
 def secret_value_problem(name: str, value: Any) -> Optional[str]:

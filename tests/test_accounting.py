@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from rendering import container, mounts, render_raw, render_stack, variant, volume, walk
+from components.accounting import (
+    DATA_DIR,
+    DB_PASSWORD_DIR,
+    INIT_DIR,
+    MARIADB_UID,
+    PASSWORD_KEY,
+    SOCKET_DIR,
+    database_init_script,
+    mariadb_command,
+)
+from components.identity import SLURM_UID
+from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume, walk
 
 
 def _slurmdbd(rendered):
@@ -41,18 +57,155 @@ def test_in_cluster_mariadb_statefulset_with_its_own_claim_and_service():
 
 
 def test_mariadb_password_comes_from_the_secret_never_a_literal():
+    """Only the init container reads the password file; it writes the init SQL to a memory emptyDir."""
     rendered = render_stack("dev")
     secret = _password_secret(rendered)
     statefulset = rendered.named("StatefulSet", "mariadb")
+    init, mariadb = container(statefulset, "mariadb-init"), container(statefulset, "mariadb")
+    assert volume(statefulset, "db-password")["secret"]["secretName"] == secret.name
+    assert mounts(init)["/run/secrets/db"] == {"name": "db-password", "mountPath": "/run/secrets/db", "readOnly": True}
+    assert f"{DB_PASSWORD_DIR}/{PASSWORD_KEY}" in init["command"][-1] == database_init_script("slurm_acct_db", "slurm")
+    # The server never sees the Secret, only the init file the init container wrote.
+    assert "/run/secrets/db" not in mounts(mariadb)
+    assert volume(statefulset, "init")["emptyDir"] == {"medium": "Memory"}
+    assert mounts(init)["/run/mysqld-init"]["name"] == mounts(mariadb)["/run/mysqld-init"]["name"] == "init"
+
+
+def test_mariadb_depends_on_no_image_entrypoint_or_environment():
+    statefulset = render_stack("dev").named("StatefulSet", "mariadb")
+    spec = pod_spec(statefulset)
+    for item in spec["containers"] + spec["initContainers"]:
+        assert "env" not in item and "envFrom" not in item, item["name"]
+        assert item.get("command"), f"{item['name']} runs the image's entrypoint"
+        assert "healthcheck.sh" not in str(item)
+    assert not [path for path, value in walk(statefulset.manifest) if isinstance(value, str) and "MARIADB_" in value]
+
+
+def test_mariadb_init_container_then_mariadbd_with_the_init_file():
+    rendered = render_stack("dev")
+    statefulset = rendered.named("StatefulSet", "mariadb")
+    spec = pod_spec(statefulset)
+    assert [c["name"] for c in spec["initContainers"]] == ["mariadb-init"]
+    init = container(statefulset, "mariadb-init")
+    assert init["image"] == rendered.config.images.mariadb
+    assert init["command"] == ["sh", "-c", database_init_script("slurm_acct_db", "slurm")]
+    assert mounts(init)["/var/lib/mysql"]["name"] == "data"
     mariadb = container(statefulset, "mariadb")
-    env = {e["name"]: e for e in mariadb["env"]}
-    assert "MARIADB_PASSWORD" not in env
-    assert env["MARIADB_PASSWORD_FILE"]["value"] == "/run/secrets/db/password"
-    volumes = {v["name"]: v for v in statefulset.manifest["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["db-password"]["secret"]["secretName"] == secret.name
-    assert {"name": "db-password", "mountPath": "/run/secrets/db", "readOnly": True} in mariadb["volumeMounts"]
-    assert env["MARIADB_USER"]["value"] == "slurm" and env["MARIADB_DATABASE"]["value"] == "slurm_acct_db"
-    assert "MARIADB_ROOT_PASSWORD" not in env
+    assert mariadb["command"] == mariadb_command()
+    assert mariadb_command()[:2] == ["mariadbd", "--no-defaults"]
+    assert f"--init-file={INIT_DIR}/init.sql" in mariadb_command()
+    assert f"--datadir={DATA_DIR}" in mariadb_command() and f"--socket={SOCKET_DIR}/mysqld.sock" in mariadb_command()
+    assert "--port=3306" in mariadb_command() and "--bind-address=0.0.0.0" in mariadb_command()
+    for item in (init, mariadb):
+        context = item["securityContext"]
+        assert context["runAsUser"] == MARIADB_UID and context["runAsNonRoot"] is True
+        assert context["readOnlyRootFilesystem"] is True and context["capabilities"] == {"drop": ["ALL"]}
+    assert spec["securityContext"] == {"fsGroup": MARIADB_UID}
+
+
+def test_mariadb_init_has_a_writable_tmp():
+    statefulset = render_stack("dev").named("StatefulSet", "mariadb")
+    init = container(statefulset, "mariadb-init")
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volume(statefulset, mounts(init)["/tmp"]["name"])
+
+
+def test_mariadb_probes_ping_over_the_socket():
+    mariadb = container(render_stack("dev").named("StatefulSet", "mariadb"), "mariadb")
+    ping = ["mariadb-admin", "--socket=/run/mysqld/mysqld.sock", "ping"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert mariadb[probe]["exec"]["command"] == ping, probe
+    assert mounts(mariadb)["/run/mysqld"]["name"] == "run"
+
+
+# ------------------------------------------------------- the init script, run under sh
+
+
+def _init_layout(tmp_path: Path, password: str = "S3cr3tPassw0rdFromTheSecret") -> tuple[str, dict[str, Path], Path]:
+    """database_init_script with its paths in a temp dir, a password file as the Secret mounts
+    it, and a `mariadb-install-db` that records its arguments and creates the system schema."""
+    dirs = {name: tmp_path / name for name in ("data", "secret", "init", "bin")}
+    for directory in dirs.values():
+        directory.mkdir()
+    (dirs["secret"] / PASSWORD_KEY).write_text(password)
+    calls = tmp_path / "install-db.calls"
+    fake = dirs["bin"] / "mariadb-install-db"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {calls}\n'
+        'for arg in "$@"; do case "$arg" in --datadir=*) mkdir "${arg#--datadir=}/mysql";; esac; done\n'
+    )
+    fake.chmod(0o755)
+    script = database_init_script("slurm_acct_db", "slurm")
+    # INIT_DIR first: SOCKET_DIR (/run/mysqld) is a prefix of it.
+    for real, fake_dir in ((INIT_DIR, dirs["init"]), (DATA_DIR, dirs["data"]), (DB_PASSWORD_DIR, dirs["secret"])):
+        assert real in script, real
+        script = script.replace(real, str(fake_dir))
+    return script, dirs, calls
+
+
+def _run(script: str, dirs: dict[str, Path]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{dirs['bin']}:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True)
+
+
+EXPECTED_SQL = (
+    "CREATE DATABASE IF NOT EXISTS slurm_acct_db;\n"
+    "CREATE USER IF NOT EXISTS 'slurm'@'%' IDENTIFIED BY '{password}';\n"
+    "ALTER USER 'slurm'@'%' IDENTIFIED BY '{password}';\n"
+    "GRANT ALL PRIVILEGES ON slurm_acct_db.* TO 'slurm'@'%';\n"
+)
+
+
+def test_init_script_writes_the_grants_with_the_secrets_password(tmp_path):
+    script, dirs, calls = _init_layout(tmp_path)
+    result = _run(script, dirs)
+    init_sql = dirs["init"] / "init.sql"
+    assert init_sql.read_text() == EXPECTED_SQL.format(password="S3cr3tPassw0rdFromTheSecret")
+    assert stat.S_IMODE(init_sql.stat().st_mode) == 0o600  # umask 077: only mariadbd's user reads it
+    assert "S3cr3tPassw0rdFromTheSecret" not in result.stdout + result.stderr
+
+
+def test_init_script_installs_the_system_tables_only_into_an_empty_data_dir(tmp_path):
+    script, dirs, calls = _init_layout(tmp_path)
+    _run(script, dirs)
+    assert calls.read_text().splitlines() == [
+        f"--no-defaults --datadir={dirs['data']} --skip-test-db --auth-root-authentication-method=socket"
+    ]
+    # A restart finds the data: no second install, but the init file is written again.
+    (dirs["init"] / "init.sql").unlink()
+    _run(script, dirs)
+    assert len(calls.read_text().splitlines()) == 1
+    assert (dirs["init"] / "init.sql").exists()
+
+
+def test_init_script_takes_a_rotated_password_at_the_next_start(tmp_path):
+    script, dirs, _ = _init_layout(tmp_path)
+    _run(script, dirs)
+    (dirs["secret"] / PASSWORD_KEY).write_text("An0therPasswordAfterRotation")
+    _run(script, dirs)
+    assert (dirs["init"] / "init.sql").read_text() == EXPECTED_SQL.format(password="An0therPasswordAfterRotation")
+
+
+@pytest.mark.parametrize("password", ["with space", "dollar$HOME", "back`tick`", 'quote"d', "semi;colon && echo x", "percent%s%n"])
+def test_init_script_never_lets_the_shell_or_printf_read_the_password(tmp_path, password):
+    """The password is a printf argument, not part of the format or of the shell text."""
+    script, dirs, _ = _init_layout(tmp_path, password)
+    _run(script, dirs)
+    assert (dirs["init"] / "init.sql").read_text() == EXPECTED_SQL.format(password=password)
+
+
+def test_init_script_fails_without_the_password_file(tmp_path):
+    script, dirs, _ = _init_layout(tmp_path)
+    (dirs["secret"] / PASSWORD_KEY).unlink()
+    with pytest.raises(subprocess.CalledProcessError):
+        _run(script, dirs)
+    assert not (dirs["init"] / "init.sql").exists()
+
+
+def test_init_script_quotes_names_for_the_shell():
+    script = database_init_script("acct_db", "slurm")
+    assert " acct_db slurm \"$password\" slurm \"$password\" acct_db slurm > " in script
 
 
 def test_password_is_generated_and_only_in_its_secret():

@@ -31,7 +31,8 @@ def _component_classes() -> dict[str, type]:
 def test_every_component_class_is_registered_under_its_module_type_token():
     registered = {r.type for stack in ("dev", "prod") for r in render_stack(stack).components()}
     expected = {f"dualsched:{key.split('.')[0]}:{key.split('.')[1]}" for key in _component_classes()}
-    assert len(expected) >= 13
+    assert len(expected) >= 14
+    assert "dualsched:identity:UserDirectory" in expected
     assert registered == expected
 
 

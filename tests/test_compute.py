@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from components.compute import job_shm_volume, slurmd_resources
+from config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"
@@ -93,14 +95,80 @@ def test_gpu_limit_is_all_gpus_when_dedicated_and_the_slurm_share_when_partition
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_cpu_and_memory_limits_are_the_node_share_slurm_allocates(stack):
+def test_requests_and_limits_are_the_node_share_slurm_allocates(stack):
+    """Guaranteed: requests == limits == what slurm.conf promises (CPUs, RealMemory in MiB, GPUs)."""
     rendered = render_stack(stack)
     for pool_name, daemonset in _daemonsets(rendered).items():
         pool = rendered.config.pool(pool_name)
         resources = container(daemonset, "slurmd")["resources"]
-        assert resources["limits"]["cpu"] == str(pool.cpus)
-        assert resources["limits"]["memory"] == f"{pool.real_memory_mb}M"
-        assert resources["requests"]["cpu"] == pool.slurmd_requests.cpu
+        expected = {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", "nvidia.com/gpu": str(pool.slurm_gpu_count)}
+        assert resources == {"requests": expected, "limits": expected}, pool_name
+
+
+def test_dev_slurmd_resources_exactly():
+    resources = container(_daemonsets(render_stack("dev"))["gpu"], "slurmd")["resources"]
+    assert resources["limits"] == {"cpu": "32", "memory": "128000Mi", "nvidia.com/gpu": "6"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_container_of_a_slurmd_pod_is_guaranteed(stack):
+    """The pod's QoS class is Guaranteed only if every container, the munged sidecar too, has requests == limits."""
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        spec = pod_spec(daemonset)
+        for item in spec["containers"] + spec.get("initContainers", []):
+            resources = item["resources"]
+            assert resources["requests"] == resources["limits"], item["name"]
+            assert {"cpu", "memory"} <= set(resources["limits"]), item["name"]
+
+
+def _with_cpu_pool(raw):
+    raw["pools"].append(
+        {"name": "cpu", "nodes": "cpu-[1-2]", "mode": "dedicated", "gpusPerNode": 0, "cpus": 16, "realMemoryMb": 64000}
+    )
+
+
+def test_pool_without_slurm_gpus_requests_no_gpu():
+    pool = parse_stack_config(variant("dev", _with_cpu_pool)).pool("cpu")
+    assert slurmd_resources(pool) == {"cpu": "16", "memory": "64000Mi"}
+    resources = container(_daemonsets(render_raw(variant("dev", _with_cpu_pool)))["cpu"], "slurmd")["resources"]
+    assert resources == {"requests": {"cpu": "16", "memory": "64000Mi"}, "limits": {"cpu": "16", "memory": "64000Mi"}}
+
+
+# ------------------------------------------------------------------ jobs' /dev/shm
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_dev_shm_is_a_memory_volume_of_the_pools_shm_size(stack):
+    rendered = render_stack(stack)
+    for pool_name, daemonset in _daemonsets(rendered).items():
+        pool = rendered.config.pool(pool_name)
+        shm = volume(daemonset, "shm")
+        assert shm == {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{pool.job_shm_bytes // 2**20}Mi"}}
+        assert mounts(container(daemonset, "slurmd"))["/dev/shm"] == {"name": "shm", "mountPath": "/dev/shm"}
+
+
+def test_dev_shm_defaults_to_half_the_memory_jobs_get():
+    """realMemoryMb 128000 - memSpecLimitMb 1024 leaves jobs 126976 MiB; /dev/shm gets half of it."""
+    shm = volume(_daemonsets(render_stack("dev"))["gpu"], "shm")
+    assert shm["emptyDir"]["sizeLimit"] == "63488Mi"
+
+
+def test_dev_shm_default_follows_mem_spec_limit():
+    rendered = render_raw(variant("dev", lambda raw: raw["pools"][0].update(memSpecLimitMb=8000)))
+    assert volume(_daemonsets(rendered)["gpu"], "shm")["emptyDir"]["sizeLimit"] == "60000Mi"  # (128000 - 8000) / 2
+
+
+@pytest.mark.parametrize(("size", "limit"), [("16Gi", "16384Mi"), ("100000Mi", "100000Mi"), ("1G", "953Mi")])
+def test_job_shm_size_is_given_in_mib(size, limit):
+    rendered = render_raw(variant("dev", lambda raw: raw["pools"][0].update(jobShmSize=size)))
+    assert volume(_daemonsets(rendered)["gpu"], "shm")["emptyDir"]["sizeLimit"] == limit
+
+
+def test_job_shm_volume_of_a_pool():
+    pool = parse_stack_config(variant("dev", lambda raw: raw["pools"][0].update(jobShmSize="2Gi"))).pool("gpu")
+    shm = job_shm_volume(pool)
+    assert shm.name == "shm"
+    assert (shm.empty_dir.medium, shm.empty_dir.size_limit) == ("Memory", "2048Mi")
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -129,7 +197,9 @@ def test_slurmd_is_configless(stack):
         assert command[command.index("--conf-server") + 1] == controllers
         assert command[command.index("-N") + 1] == "$(NODE_NAME)"
         assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-        assert not [v for v in pod_spec(daemonset)["volumes"] if "configMap" in v]
+        # The only ConfigMap it mounts is the user directory, never the Slurm config.
+        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity"]
+        assert not [path for path in mounts(slurmd) if path.startswith("/etc/slurm")]
 
 
 def test_prod_conf_server_lists_both_controllers():

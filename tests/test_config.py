@@ -133,6 +133,44 @@ def test_snake_case_names_are_accepted_too(dev_raw):
     assert parse_stack_config(dev_raw).pools[0].gpus_per_node == 8
 
 
+def test_host_path_storage_is_accepted_in_dev(dev_raw):
+    dev_raw["storage"] = {"type": "hostPath", "hostPath": {"path": "/srv/dualsched/shared"}}
+    storage = parse_stack_config(dev_raw).storage
+    assert storage.type.value == "hostPath" and storage.host_path.path == "/srv/dualsched/shared"
+
+
+def test_users_default_to_none_and_gid_to_the_uid(dev_raw):
+    del dev_raw["slurm"]["users"]
+    assert parse_stack_config(dev_raw).slurm.users == ()
+    dev_raw["slurm"]["users"] = [{"name": "alice", "uid": 2001}, {"name": "bob_2", "uid": 2002, "gid": 3000}]
+    users = parse_stack_config(dev_raw).slurm.users
+    assert [(u.name, u.uid, u.group_id) for u in users] == [("alice", 2001, 2001), ("bob_2", 2002, 3000)]
+
+
+def test_stacks_configure_job_users(stack):
+    users = parse_stack_config(raw_stack(stack)).slurm.users
+    assert users and all(user.uid >= 1000 for user in users)
+
+
+def test_slurmd_memory_defaults(dev_config):
+    pool = dev_config.pool("gpu")
+    assert pool.mem_spec_limit_mb == 1024 and pool.job_shm_size is None
+    assert pool.job_shm_bytes == (128000 - 1024) * 2**20 // 2
+    assert dev_config.slurm.cgroup_version.value == "v2"
+
+
+def test_job_shm_may_take_all_the_job_memory(dev_raw):
+    dev_raw["pools"][0].update(memSpecLimitMb=64000, jobShmSize="64000Mi")
+    assert parse_stack_config(dev_raw).pool("gpu").job_shm_bytes == 64000 * 2**20
+
+
+def test_kubernetes_pools_need_no_slurmd_memory(dev_raw):
+    """memSpecLimitMb and jobShmSize only matter where slurmd runs."""
+    dev_raw["pools"].append({"name": "serve", "nodes": "srv-[1-2]", "mode": "kubernetes", "realMemoryMb": 1000,
+                             "memSpecLimitMb": 2000})
+    parse_stack_config(dev_raw)
+
+
 # ------------------------------------------------------------------ invalid stacks
 
 
@@ -192,6 +230,13 @@ INVALID = [
             "inference.models[0].name", "DNS-1123"),
     Invalid("cluster-name-not-dns-1123", "dev", {"slurm.clusterName": "dev_cluster"}, "slurm.clusterName", "DNS-1123"),
     Invalid("cluster-name-ends-with-dash", "dev", {"slurm.clusterName": "dev-"}, "slurm.clusterName", "DNS-1123"),
+    # a trailing newline would end a Slurm line early (`$` alone lets it pass)
+    Invalid("cluster-name-trailing-newline", "dev", {"slurm.clusterName": "dev\n"}, "slurm.clusterName", "DNS-1123"),
+    Invalid("partition-name-trailing-newline", "dev", {"slurm.partitions[0].name": "gpu\n"}, "slurm.partitions[0].name",
+            "partition name"),
+    Invalid("namespace-trailing-newline", "dev", {"slurm.namespace": "slurm\n"}, "slurm.namespace", "DNS-1123"),
+    Invalid("user-name-trailing-newline", "dev", {"slurm.users[0].name": "alice\n"}, "slurm.users[0].name", "POSIX"),
+    Invalid("nfs-server-trailing-newline", "dev", {"storage.nfs.server": "nfs.dev.internal\n"}, "storage.nfs.server"),
     # quantities
     Invalid("quantity-4GB", "dev", {"storage.capacity": "4GB"}, "storage.capacity", "quantity"),
     Invalid("quantity-negative", "dev", {"slurm.controller.stateStorage.size": "-1"},
@@ -224,6 +269,13 @@ INVALID = [
     Invalid("lustre-without-volume-handle", "prod", {"storage.lustre.volumeHandle": DELETE},
             "storage.lustre.volumeHandle", "volumeHandle"),
     Invalid("unknown-storage-type", "dev", {"storage.type": "ceph"}, "storage.type"),
+    Invalid("host-path-without-path", "dev", {"storage.type": "hostPath"}, "storage.hostPath.path", "needs a path"),
+    Invalid("host-path-with-empty-settings", "dev", {"storage.type": "hostPath", "storage.hostPath": {}},
+            "storage.hostPath.path", "needs a path"),
+    Invalid("host-path-relative", "dev", {"storage.type": "hostPath", "storage.hostPath": {"path": "srv/shared"}},
+            "storage.hostPath.path", "absolute"),
+    Invalid("host-path-in-prod", "prod", {"storage.type": "hostPath", "storage.hostPath": {"path": "/srv/shared"}},
+            "storage.type", "prod needs nfs or lustre"),
     # shape of the document
     Invalid("unknown-key-with-hint", "dev", {"pools[0].gpuPerNode": 8}, "pools[0].gpuPerNode",
             "did you mean 'gpusPerNode'?"),
@@ -262,10 +314,37 @@ INVALID = [
             "inference.models[0].resources.requests.cpu", "exceeds the limit"),
     Invalid("memory-request-above-limit", "prod", {"slurm.controller.resources.requests.memory": "64Gi"},
             "slurm.controller.resources.requests.memory", "exceeds the limit"),
-    Invalid("slurmd-cpu-request-above-pool-cpus", "dev", {"pools[0].slurmdRequests": {"cpu": "64"}},
-            "pools[0].slurmdRequests.cpu", "cpus (32)"),
-    Invalid("slurmd-memory-request-above-pool-memory", "dev", {"pools[0].slurmdRequests": {"memory": "200Gi"}},
-            "pools[0].slurmdRequests.memory", "realMemoryMb"),
+    Invalid("slurmd-requests-is-no-longer-a-key", "dev", {"pools[0].slurmdRequests": {"cpu": "1"}},
+            "pools[0].slurmdRequests", "unknown key"),
+    # slurmd memory: MemSpecLimit and /dev/shm come out of realMemoryMb
+    Invalid("mem-spec-limit-equals-real-memory", "dev", {"pools[0].memSpecLimitMb": 128000},
+            "pools[0].memSpecLimitMb", "leaves jobs no memory of realMemoryMb (128000)"),
+    Invalid("mem-spec-limit-above-real-memory", "prod", {"pools[2].memSpecLimitMb": 1000000},
+            "pools[2].memSpecLimitMb", "leaves jobs no memory"),
+    Invalid("mem-spec-limit-negative", "dev", {"pools[0].memSpecLimitMb": -1}, "pools[0].memSpecLimitMb"),
+    Invalid("job-shm-larger-than-job-memory", "dev", {"pools[0].jobShmSize": "200Gi"},
+            "pools[0].jobShmSize", "exceeds the memory jobs get (realMemoryMb - memSpecLimitMb = 126976 MiB)"),
+    Invalid("job-shm-just-above-job-memory", "dev", {"pools[0].memSpecLimitMb": 64000, "pools[0].jobShmSize": "64001Mi"},
+            "pools[0].jobShmSize", "64000 MiB"),
+    Invalid("job-shm-not-a-quantity", "dev", {"pools[0].jobShmSize": "lots"}, "pools[0].jobShmSize", "quantity"),
+    # users
+    Invalid("duplicate-user-names", "dev",
+            {"slurm.users": [{"name": "alice", "uid": 2001}, {"name": "alice", "uid": 2002}]},
+            "slurm.users[1].name", "more than once"),
+    Invalid("duplicate-user-uids", "dev",
+            {"slurm.users": [{"name": "alice", "uid": 2001}, {"name": "bob", "uid": 2001}]},
+            "slurm.users[1].uid", "more than once"),
+    Invalid("user-named-root", "dev", {"slurm.users": [{"name": "root", "uid": 2000}]},
+            "slurm.users[0].name", "system account"),
+    Invalid("user-named-slurm", "prod", {"slurm.users[1].name": "slurm"}, "slurm.users[1].name", "system account"),
+    Invalid("user-named-nobody", "dev", {"slurm.users[0].name": "nobody"}, "slurm.users[0].name", "system account"),
+    Invalid("user-uid-below-1000", "dev", {"slurm.users[0].uid": 999}, "slurm.users[0].uid", "greater than or equal to 1000"),
+    Invalid("user-uid-zero", "dev", {"slurm.users[0].uid": 0}, "slurm.users[0].uid"),
+    Invalid("user-gid-below-1000", "dev", {"slurm.users[0].gid": 100}, "slurm.users[0].gid"),
+    Invalid("user-name-not-posix", "dev", {"slurm.users[0].name": "Alice"}, "slurm.users[0].name", "POSIX user name"),
+    Invalid("user-name-too-long", "dev", {"slurm.users[0].name": "a" * 33}, "slurm.users[0].name", "POSIX user name"),
+    Invalid("user-without-uid", "dev", {"slurm.users": [{"name": "alice"}]}, "slurm.users[0].uid", "required key is missing"),
+    Invalid("unknown-cgroup-version", "dev", {"slurm.cgroupVersion": "v3"}, "slurm.cgroupVersion"),
     # namespaces and versions
     Invalid("inference-namespace-clashes-with-slurm", "dev", {"inference.namespace": "slurm"},
             "inference.namespace", "must differ from slurm.namespace"),
@@ -512,3 +591,8 @@ def test_every_config_field_is_documented(model: type[BaseModel]):
 
 def test_pool_modes_are_a_closed_set():
     assert {mode.value for mode in PoolMode} == {"dedicated", "partitioned", "kubernetes"}
+
+
+def test_user_may_not_take_nobodys_uid(dev_raw):
+    dev_raw["slurm"]["users"] = [{"name": "bob", "uid": 65534}]
+    assert "slurm.users[0].uid" in [problem.path for problem in rejection(dev_raw).problems]

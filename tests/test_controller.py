@@ -1,12 +1,19 @@
-"""SlurmController: slurmctld StatefulSet, headless Service, state claim, probes, config hash."""
+"""SlurmController: slurmctld StatefulSet, headless Service, state claim, probes, restart hash, reconfigure sidecar."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
-from components.controller import CONFIG_HASH_ANNOTATION, SLURM_UID
+from components.controller import CONFIG_HASH_ANNOTATION, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP
+from components.identity import SLURM_UID
+from components.slurm_config import CONFIG_DIR
+from components.slurm_files import restart_hash
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 
@@ -24,6 +31,14 @@ def _conf_value(rendered, key: str) -> str:
 
 def _add_partition(raw):
     raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "00:30:00"})
+
+
+def _more_memory(raw):
+    raw["pools"][0]["realMemoryMb"] = 200000
+
+
+def _annotation(rendered) -> str:
+    return _statefulset(rendered).manifest["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -118,20 +133,142 @@ def test_runs_as_the_slurm_user_without_privilege():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_config_hash_annotation_is_the_rendered_hash(stack):
+def test_restart_hash_annotation_is_the_restart_hash_of_the_rendered_files(stack):
     rendered = render_stack(stack)
     annotations = _statefulset(rendered).manifest["spec"]["template"]["metadata"]["annotations"]
-    assert annotations[CONFIG_HASH_ANNOTATION] == rendered.render.slurm_conf_hash
+    assert CONFIG_HASH_ANNOTATION == "dualsched.io/slurm-restart-hash"
+    assert annotations == {CONFIG_HASH_ANNOTATION: restart_hash(rendered.slurm_files)}
+    assert annotations[CONFIG_HASH_ANNOTATION] == rendered.outputs_of("dualsched:slurm_config:SlurmConfig")["restart_hash"]
+    # Not the digest of all the files: that would roll slurmctld for every partition change.
+    assert annotations[CONFIG_HASH_ANNOTATION] != rendered.render.slurm_conf_hash
 
 
-def test_adding_a_partition_rolls_the_controller_but_not_slurmd():
+def test_adding_a_partition_rolls_neither_the_controller_nor_slurmd():
+    """A partition is applied by `scontrol reconfigure` (the reconfigure sidecar), not by a restart."""
     before, after = render_stack("dev"), render_raw(variant("dev", _add_partition))
-    annotation = lambda r: _statefulset(r).manifest["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
-    assert annotation(after) != annotation(before)
-    assert annotation(after) == after.render.slurm_conf_hash
+    assert after.render.slurm_conf_hash != before.render.slurm_conf_hash
+    config_before = before.named("ConfigMap", "slurm-config", "slurm")
+    config_after = after.named("ConfigMap", "slurm-config", "slurm")
+    assert "PartitionName=debug" in config_after.manifest["data"]["slurm.conf"]
+    assert config_after.manifest["data"] != config_before.manifest["data"]
+    # slurmctld's StatefulSet does not change at all: same annotation, same ConfigMap name.
+    assert _statefulset(after).manifest == _statefulset(before).manifest
     # Configless: slurmd fetches slurm.conf from slurmctld, so its DaemonSet does not change at all.
     [daemonset_before], [daemonset_after] = before.by_kind("DaemonSet"), after.by_kind("DaemonSet")
     assert daemonset_after.manifest == daemonset_before.manifest
+
+
+def test_a_node_line_change_rolls_the_controller():
+    before, after = render_stack("dev"), render_raw(variant("dev", _more_memory))
+    node_line = [line for line in after.slurm_files["slurm.conf"].splitlines() if line.startswith("NodeName=")]
+    assert node_line and " RealMemory=200000 " in node_line[0]
+    assert _annotation(after) != _annotation(before)
+    assert _annotation(after) == restart_hash(after.slurm_files)
+    # Only the annotation changed in the controller's pod template.
+    template_before = _statefulset(before).manifest["spec"]["template"]
+    template_after = _statefulset(after).manifest["spec"]["template"]
+    assert template_after["spec"] == template_before["spec"]
+
+
+def test_a_cgroup_change_rolls_the_controller():
+    after = render_raw(variant("dev", lambda raw: raw["slurm"].update(cgroupVersion="v1")))
+    assert after.slurm_files["slurm.conf"] == render_stack("dev").slurm_files["slurm.conf"]
+    assert _annotation(after) != _annotation(render_stack("dev"))
+
+
+# ------------------------------------------------------------------ reconfigure sidecar
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
+    rendered = render_stack(stack)
+    statefulset = _statefulset(rendered)
+    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure"]
+    reconfigure = container(statefulset, "reconfigure")
+    assert reconfigure["image"] == rendered.config.images.slurmctld
+    assert reconfigure["command"] == ["sh", "-c", RECONFIGURE_LOOP]
+    assert "scontrol reconfigure" in RECONFIGURE_LOOP and f"{CONFIG_DIR}/*.conf" in RECONFIGURE_LOOP
+    assert reconfigure["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
+    found = mounts(reconfigure)
+    assert found["/etc/slurm"] == {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True}
+    assert found["/run/munge"]["name"] == "munge-socket"
+    assert found["/etc/passwd"]["name"] == found["/etc/group"]["name"] == "identity"
+    # It never sees the state, the key or anything writable but the socket it connects to.
+    assert set(found) == {"/etc/slurm", "/run/munge", "/etc/passwd", "/etc/group"}
+
+
+def test_reconfigure_sidecar_is_small_and_unprivileged():
+    reconfigure = container(_statefulset(render_stack("dev")), "reconfigure")
+    context = reconfigure["securityContext"]
+    assert context["runAsUser"] == SLURM_UID and context["runAsNonRoot"] is True
+    assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert reconfigure["resources"] == {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
+
+
+def _run_loop(tmp_path: Path, scontrol_exit: str):
+    """RECONFIGURE_LOOP under sh, against a temp config dir, with a fake scontrol and a short sleep."""
+    conf, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "bin", tmp_path / "scontrol.log"
+    conf.mkdir()
+    bin_dir.mkdir()
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
+        (conf / name).write_text(f"# {name}\n")
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{scontrol_exit}\n')
+    scontrol.chmod(0o755)
+    script = RECONFIGURE_LOOP.replace(f"{CONFIG_DIR}/", f"{conf}/")
+    loop = f"while sleep {RECONFIGURE_INTERVAL};"
+    assert script.count(loop) == 1
+    # Mark when the first checksum is taken (a change before it would be the baseline), and poll fast.
+    ready = tmp_path / "ready"
+    script = script.replace(loop, f"touch {ready}; while sleep 0.1;")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    process = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert _wait_for(ready.exists), "the loop never started"
+    return process, conf, log
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _wait_for(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
+    process, conf, log = _run_loop(tmp_path, "exit 0")
+    try:
+        time.sleep(0.6)
+        assert _calls(log) == []  # unchanged files: nothing to do
+        (conf / "slurm.conf").write_text("PartitionName=debug\n")
+        assert _wait_for(lambda: _calls(log) == ["reconfigure"])
+        time.sleep(0.6)
+        assert _calls(log) == ["reconfigure"]  # the change is applied once
+        (conf / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+        assert _wait_for(lambda: _calls(log) == ["reconfigure", "reconfigure"])
+        assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_reconfigure_loop_retries_until_scontrol_succeeds(tmp_path):
+    """A failed reconfigure (slurmctld restarting) is retried: the change is not marked as seen."""
+    process, conf, log = _run_loop(tmp_path, "exit 1")
+    try:
+        (conf / "slurm.conf").write_text("PartitionName=debug\n")
+        assert _wait_for(lambda: len(_calls(log)) >= 3)
+        assert set(_calls(log)) == {"reconfigure"}
+        assert process.poll() is None  # a failure never ends the sidecar
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_address_output_is_the_first_controller():

@@ -128,5 +128,12 @@ def test_custom_namespace_name_is_used_everywhere_slurm_runs():
     assert rendered.named("Namespace", "hpc").manifest["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     for kind in ("NetworkPolicy", "StatefulSet", "DaemonSet", "ConfigMap"):
         for obj in rendered.by_kind(kind):
-            if obj.manifest["metadata"]["labels"].get("app.kubernetes.io/name") != "slurm-client":
-                assert obj.namespace == "hpc", f"{kind}/{obj.name}"
+            if obj.namespace == "slurm-jobs":
+                # The submission namespace holds its own client config and user directory.
+                assert kind == "ConfigMap" and obj.manifest["metadata"]["labels"]["app.kubernetes.io/name"] in (
+                    "slurm-client", "identity"), f"{kind}/{obj.name}"
+                continue
+            assert obj.namespace == "hpc", f"{kind}/{obj.name}"
+    identity = [c for c in rendered.by_kind("ConfigMap") if c.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "identity"]
+    assert sorted(c.namespace for c in identity) == ["hpc", "slurm-jobs"]
+    assert rendered.named("ConfigMap", "slurm-config").namespace == "hpc"

@@ -233,16 +233,59 @@ def test_private_key_in_a_configmap_is_rejected(dev):
 
 def test_password_env_literal_is_rejected(dev):
     def literal(manifest):
-        first_container(manifest)["env"].append({"name": "MARIADB_PASSWORD", "value": "correct-horse-battery"})
+        first_container(manifest).setdefault("env", []).append({"name": "MARIADB_PASSWORD", "value": "correct-horse-battery"})
 
     rejected(dev.mutated("StatefulSet", "mariadb", literal), "no-secret-material", "env MARIADB_PASSWORD")
 
 
-def test_flags_paths_and_secret_refs_are_not_secret_material(dev):
-    env = {e["name"]: e for e in first_container(dict(dev.find("StatefulSet", "mariadb").manifest))["env"]}
-    assert env["MARIADB_RANDOM_ROOT_PASSWORD"]["value"] == "1" and env["MARIADB_PASSWORD_FILE"]["value"].startswith("/")
+def test_password_env_literal_in_an_init_container_is_rejected(dev):
+    def literal(manifest):
+        pod_spec(manifest)["initContainers"][0].setdefault("env", []).append({"name": "DB_PASSWORD", "value": "correct-horse-battery"})
 
+    rejected(dev.mutated("StatefulSet", "mariadb", literal), "no-secret-material", "env DB_PASSWORD of container 'mariadb-init'")
+
+
+def test_the_database_password_reaches_mariadb_through_files_only(dev):
+    """No env at all: the init container reads the Secret's file, mariadbd an init file in memory."""
+    spec = pod_spec(dict(dev.find("StatefulSet", "mariadb").manifest))
+    assert [c["name"] for c in spec["initContainers"] + spec["containers"]] == ["mariadb-init", "mariadb"]
+    assert not [c["name"] for c in spec["initContainers"] + spec["containers"] if c.get("env")]
+    assert "/run/secrets/db/password" in spec["initContainers"][0]["command"][-1]
+    assert "--init-file=/run/mysqld-init/init.sql" in spec["containers"][0]["command"]
     assert dev.violations() == []
+
+
+def test_flags_paths_and_secret_refs_are_not_secret_material(dev):
+    """Under secret-sounding names: a flag, a file path and a secretKeyRef are all fine."""
+    def harmless(manifest):
+        first_container(manifest)["env"] = [
+            {"name": "MARIADB_RANDOM_ROOT_PASSWORD", "value": "1"},
+            {"name": "MARIADB_PASSWORD_FILE", "value": "/run/secrets/db/password"},
+            {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+            {"name": "API_TOKEN", "value": "$(TOKEN_FROM_ELSEWHERE)"},
+        ]
+
+    assert dev.mutated("StatefulSet", "mariadb", harmless).violations() == []
+    assert dev.violations() == []
+
+
+def test_user_directory_is_not_secret_material(dev):
+    """passwd and group lines (`name:x:uid:...`) hold no password: the ConfigMap keys avoid 'passwd' too."""
+    config_maps = [
+        r for r in dev.resources
+        if r.kind == "ConfigMap" and r.manifest["metadata"]["labels"].get("app.kubernetes.io/name") == "identity"
+    ]
+    assert len(config_maps) == 2
+    for config_map in config_maps:
+        assert set(config_map.manifest["data"]) == {"users", "groups"}
+    assert dev.violations() == []
+
+
+def test_a_user_named_like_a_secret_is_not_secret_material():
+    raw = raw_stack("dev")
+    raw["slurm"]["users"] = [{"name": "compass", "uid": 3000}]
+    config = parse_stack_config(raw, "test")
+    assert offline.check(config) == []
 
 
 # ------------------------------------------------------------------------- prod rules

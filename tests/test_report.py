@@ -81,22 +81,36 @@ def test_identical_renders_report_no_changes(tmp_path):
     assert "No changes." in compared.markdown
 
 
-def test_new_partition_reloads_config_and_restarts_slurmctld(tmp_path):
+def test_new_partition_reloads_config_without_restarting_slurmctld(tmp_path):
     def add_partition(raw):
         raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "01:00:00"})
 
     compared = compare(tmp_path, "dev", add_partition)
-    assert compared.impacts == {Impact.CONFIG_RELOAD, Impact.SLURMCTLD_RESTART}
+    assert compared.impacts == {Impact.CONFIG_RELOAD}
     (reload,) = compared.of(Impact.CONFIG_RELOAD)
     assert reload.change.kind == "ConfigMap" and reload.change.op == "replace"
-    (restart,) = compared.of(Impact.SLURMCTLD_RESTART)
-    assert restart.change.name == "slurmctld"
-    assert "spec.template.metadata.annotations.dualsched.io/slurm-config-hash" in restart.change.paths
-    assert any("config-hash" in detail for detail in restart.details)
+    assert reload.change.name == "slurm-config"  # replaced under the same name
+    # the restart hash ignores partitions: slurmctld's pod template is unchanged
+    assert not compared.of(Impact.SLURMCTLD_RESTART)
+    assert not [c for c in compared.plan.changes if c.kind == "StatefulSet"]
     # configless: no slurmd pod restarts for a partition
     assert not compared.of(Impact.SLURMD_ROLL)
     assert "scontrol reconfigure" in compared.markdown
     assert "+PartitionName=debug Nodes=gpu-[001-002]" in compared.markdown
+    assert_no_secret(compared.markdown, compared.base, compared.head)
+
+
+def test_node_line_change_reloads_config_and_restarts_slurmctld(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["pools"][0].update(realMemoryMb=120000))
+    assert Impact.CONFIG_RELOAD in compared.impacts and Impact.SLURMCTLD_RESTART in compared.impacts
+    (restart,) = compared.of(Impact.SLURMCTLD_RESTART)
+    assert restart.change.name == "slurmctld"
+    assert "spec.template.metadata.annotations.dualsched.io/slurm-restart-hash" in restart.change.paths
+    assert any("dualsched.io/slurm-restart-hash" in detail for detail in restart.details)
+    assert "+NodeName=gpu-[001-002] CPUs=32 RealMemory=120000 MemSpecLimit=1024" in compared.markdown
+    # the slurmd pods' memory follows RealMemory: the pool rolls (drain first)
+    (roll,) = compared.of(Impact.SLURMD_ROLL)
+    assert roll.nodes == ["gpu-001", "gpu-002"]
     assert_no_secret(compared.markdown, compared.base, compared.head)
 
 

@@ -1,4 +1,4 @@
-"""SlurmConfig: the rendered Slurm files in one ConfigMap, and their hash."""
+"""SlurmConfig: the rendered Slurm files in one ConfigMap of a fixed name, their hash and their restart hash."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import re
 
 import pytest
 
-from components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files
+from components.slurm_config import CONFIG_MAP_NAME
+from components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files, restart_hash
 from rendering import render_raw, render_stack, variant
 
 
 def _config_map(rendered):
-    return rendered.one("ConfigMap", "slurm-config")
+    return rendered.named("ConfigMap", CONFIG_MAP_NAME, rendered.config.slurm.namespace)
 
 
 def _add_partition(raw):
@@ -37,9 +38,26 @@ def test_hash_output_is_the_digest_of_the_files(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_restart_hash_output_is_the_digest_of_the_restart_settings(stack):
+    rendered = render_stack(stack)
+    outputs = rendered.outputs_of("dualsched:slurm_config:SlurmConfig")
+    assert outputs["restart_hash"] == restart_hash(rendered.slurm_files)
+    assert outputs["restart_hash"] != outputs["hash"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_config_map_has_a_fixed_name(stack):
+    """Not auto-named: a data change replaces it under the same name, so no pod template refers to a new name."""
+    config_map = _config_map(render_stack(stack))
+    assert CONFIG_MAP_NAME == "slurm-config"
+    assert config_map.name == "slurm-config"
+    assert config_map.manifest["metadata"]["name"] == "slurm-config"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_slurm_conf_is_configless_and_accounts_gpus(stack):
     conf = render_stack(stack).slurm_files["slurm.conf"]
-    assert "SlurmctldParameters=enable_configless" in conf.splitlines()
+    assert "SlurmctldParameters=enable_configless,cloud_reg_addrs" in conf.splitlines()
     assert re.search(r"^AccountingStorageTRES=.*\bgres/gpu\b", conf, re.M)
     assert "AccountingStorageHost=slurmdbd.slurm.svc.cluster.local" in conf.splitlines()
 
@@ -77,13 +95,15 @@ def test_the_files_hold_no_secret():
     assert "StoragePass" not in text
 
 
-def test_adding_a_partition_changes_the_hash_and_the_config_map():
+def test_adding_a_partition_changes_the_hash_and_the_data_but_not_the_name_or_restart_hash():
     before, after = render_stack("dev"), render_raw(variant("dev", _add_partition))
+    outputs_before = before.outputs_of("dualsched:slurm_config:SlurmConfig")
+    outputs_after = after.outputs_of("dualsched:slurm_config:SlurmConfig")
     assert "PartitionName=debug" in after.slurm_files["slurm.conf"]
-    assert after.outputs_of("dualsched:slurm_config:SlurmConfig")["hash"] != before.outputs_of(
-        "dualsched:slurm_config:SlurmConfig"
-    )["hash"]
+    assert outputs_after["hash"] != outputs_before["hash"]
+    assert outputs_after["restart_hash"] == outputs_before["restart_hash"]
     assert _config_map(after).manifest["data"] != _config_map(before).manifest["data"]
+    assert _config_map(after).name == _config_map(before).name == "slurm-config"
 
 
 def test_a_change_outside_slurm_leaves_the_hash_alone():

@@ -19,13 +19,15 @@ import pytest
 
 from components.slurm_files import (
     SLURM_FILES,
+    RESTART_KEYS,
     compact_hostlist,
     config_hash,
     kubernetes_site,
     render_slurm_files,
     render_slurmdbd_conf,
+    restart_hash,
 )
-from config import StackConfig, parse_stack_config
+from config import ConfigError, StackConfig, parse_stack_config
 from tests.conftest import STACKS, raw_stack
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -75,17 +77,17 @@ def test_rendered_file_matches_golden(stack: str, name: str):
 SLURM_CONF_KEYS = {
     "ClusterName", "SlurmctldHost", "SlurmctldPort", "SlurmdPort", "SlurmUser", "SlurmctldParameters",
     "AuthType", "AuthInfo", "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
-    "SlurmctldLogFile", "SlurmdLogFile", "SlurmctldDebug", "SlurmdDebug", "ProctrackType", "TaskPlugin",
+    "SlurmctldLogFile", "SlurmdLogFile", "SlurmctldDebug", "SlurmdDebug", "DisableRootJobs", "ProctrackType", "TaskPlugin",
     "SchedulerType", "SelectType", "SelectTypeParameters", "GresTypes", "PriorityType", "PriorityDecayHalfLife",
     "PriorityWeightFairshare", "PriorityWeightAge", "PriorityWeightPartition", "PriorityWeightJobSize",
     "PriorityWeightTRES", "AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort",
     "AccountingStorageTRES", "JobAcctGatherType", "JobAcctGatherFrequency", "SlurmctldTimeout", "SlurmdTimeout",
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
 }
-NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "Gres", "Features", "State"}
+NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}
 GRES_KEYS = {"AutoDetect", "NodeName", "Name", "Type", "Count", "File"}
-CGROUP_KEYS = {"CgroupPlugin", "ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices"}
+CGROUP_KEYS = {"CgroupPlugin", "IgnoreSystemd", "ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices"}
 
 
 def _settings(text: str) -> list[list[str]]:
@@ -140,7 +142,7 @@ def _with_nodes(nodes: str) -> StackConfig:
 def test_a_512_node_pool_is_one_node_line():
     slurm_conf = render(_with_nodes("gpu-[001-512]"))["slurm.conf"]
     assert lines(slurm_conf, "NodeName") == [
-        "NodeName=gpu-[001-512] CPUs=32 RealMemory=128000 Gres=gpu:6 Features=gpu State=UNKNOWN"
+        "NodeName=gpu-[001-512] CPUs=32 RealMemory=128000 MemSpecLimit=1024 Gres=gpu:6 Features=gpu State=CLOUD"
     ]
     assert "Nodes=gpu-[001-512] " in slurm_conf
 
@@ -174,10 +176,93 @@ def test_gpu_use_is_accounted(stack):
     assert lines(render(config_of(stack))["slurm.conf"], "AccountingStorageTRES") == ["AccountingStorageTRES=gres/gpu"]
 
 
-def test_compute_nodes_fetch_config_from_the_controller(stack):
+def test_compute_nodes_fetch_config_from_the_controller_and_register_their_address(stack):
     assert lines(render(config_of(stack))["slurm.conf"], "SlurmctldParameters") == [
-        "SlurmctldParameters=enable_configless"
+        "SlurmctldParameters=enable_configless,cloud_reg_addrs"
     ]
+
+
+# ------------------------------------------------------- node addresses (cloud nodes)
+
+
+def test_kubernetes_site_learns_node_addresses_from_registration(stack):
+    """Kubernetes node names need no DNS: every pool is CLOUD, its address the one slurmd registers from."""
+    config = config_of(stack)
+    assert kubernetes_site(config).addresses_from_registration is True
+    node_lines = lines(render(config)["slurm.conf"], "NodeName")
+    assert len(node_lines) == len(config.slurm_pools)
+    assert all(line.endswith(" State=CLOUD") and "NodeAddr=" not in line for line in node_lines)
+
+
+def test_site_without_registration_addresses_has_plain_nodes(dev_config):
+    """The real-daemon site: node names resolve, so nodes are ordinary (UNKNOWN) and no cloud_reg_addrs."""
+    slurm_conf = render(dev_config, addresses_from_registration=False)["slurm.conf"]
+    assert lines(slurm_conf, "SlurmctldParameters") == ["SlurmctldParameters=enable_configless"]
+    assert lines(slurm_conf, "NodeName") == [
+        "NodeName=gpu-[001-002] CPUs=32 RealMemory=128000 MemSpecLimit=1024 Gres=gpu:6 Features=gpu State=UNKNOWN"
+    ]
+    assert "CLOUD" not in slurm_conf and "cloud_reg_addrs" not in slurm_conf
+
+
+def test_pool_with_node_addresses_is_not_a_cloud_pool(prod_config):
+    """A pool the site gives NodeAddr for keeps it (State=UNKNOWN); the other pools still register."""
+    slurm_conf = render(prod_config, node_addresses={"h100-b": "10.0.1.[1-32]"})["slurm.conf"]
+    node_lines = {line.split()[0]: line for line in lines(slurm_conf, "NodeName")}
+    assert node_lines["NodeName=gpu-b-[001-032]"] == (
+        "NodeName=gpu-b-[001-032] NodeAddr=10.0.1.[1-32] CPUs=192 RealMemory=1900000 MemSpecLimit=1024 "
+        "Gres=gpu:h100:8 Features=h100-b State=UNKNOWN"
+    )
+    assert node_lines["NodeName=gpu-a-[001-032]"].endswith(" State=CLOUD")
+    assert node_lines["NodeName=gpu-s-[001-016]"].endswith(" State=CLOUD")
+    assert lines(slurm_conf, "SlurmctldParameters") == ["SlurmctldParameters=enable_configless,cloud_reg_addrs"]
+
+
+# ------------------------------------------------------------------ memory and users
+
+
+def test_every_node_line_reserves_mem_spec_limit(dev_raw):
+    dev_raw["pools"][0]["memSpecLimitMb"] = 4096
+    [node_line] = lines(render(parse_stack_config(dev_raw))["slurm.conf"], "NodeName")
+    assert " RealMemory=128000 MemSpecLimit=4096 " in node_line
+
+
+def test_mem_spec_limit_defaults_to_1024_mib(stack):
+    node_lines = lines(render(config_of(stack))["slurm.conf"], "NodeName")
+    assert node_lines and all(" MemSpecLimit=1024 " in line for line in node_lines)
+
+
+def test_root_may_not_run_jobs(stack):
+    assert lines(render(config_of(stack))["slurm.conf"], "DisableRootJobs") == ["DisableRootJobs=YES"]
+
+
+# ---------------------------------------------------------------------------- cgroups
+
+
+def test_cgroup_v2_is_the_default_and_ignores_systemd(stack):
+    config = config_of(stack)
+    assert config.slurm.cgroup_version.value == "v2"
+    cgroup = render(config)["cgroup.conf"]
+    assert lines(cgroup, "CgroupPlugin") == ["CgroupPlugin=cgroup/v2"]
+    assert lines(cgroup, "IgnoreSystemd") == ["IgnoreSystemd=yes"]
+
+
+def test_cgroup_v1_uses_the_v1_plugin_without_ignore_systemd(dev_raw):
+    """IgnoreSystemd is an option of cgroup/v2 only."""
+    dev_raw["slurm"]["cgroupVersion"] = "v1"
+    config = parse_stack_config(dev_raw)
+    assert kubernetes_site(config).cgroup_plugin == "cgroup/v1"
+    cgroup = render(config)["cgroup.conf"]
+    assert lines(cgroup, "CgroupPlugin") == ["CgroupPlugin=cgroup/v1"]
+    assert "IgnoreSystemd" not in cgroup
+    for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices"):
+        assert lines(cgroup, key) == [f"{key}=yes"], key
+
+
+def test_unknown_cgroup_version_is_rejected(dev_raw):
+    dev_raw["slurm"]["cgroupVersion"] = "v3"
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(dev_raw)
+    assert [problem.path for problem in caught.value.problems] == ["slurm.cgroupVersion"]
 
 
 def test_single_controller_is_one_slurmctld_host(dev_config):
@@ -322,3 +407,83 @@ def test_config_hash_follows_slurm_settings_only(dev_raw):
 
     dev_raw["slurm"]["partitions"][0]["maxTime"] = "2-00:00:00"  # in slurm.conf
     assert config_hash(render(parse_stack_config(dev_raw))) != base
+
+
+# --------------------------------------------------------------------- restart hash
+
+
+def _edit_line(text: str, key: str) -> str:
+    """``text`` with the first ``key=`` line changed (a value Slurm would read differently)."""
+    out, done = [], False
+    for line in text.splitlines():
+        if not done and line.startswith(f"{key}="):
+            line, done = line + "X", True
+        out.append(line)
+    assert done, f"no {key}= line"
+    return "\n".join(out) + "\n"
+
+
+def test_restart_keys_are_slurm_conf_options():
+    assert set(RESTART_KEYS) <= SLURM_CONF_KEYS
+    assert "PartitionName" not in RESTART_KEYS and "NodeName" in RESTART_KEYS
+
+
+def test_restart_hash_is_stable(dev_config):
+    assert restart_hash(render(dev_config)) == restart_hash(render(dev_config))
+    assert restart_hash(render(dev_config)) != config_hash(render(dev_config))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_restart_hash_follows_every_restart_key_line(stack):
+    files = render(config_of(stack))
+    present = [key for key in RESTART_KEYS if lines(files["slurm.conf"], key)]
+    assert {"ClusterName", "NodeName", "SlurmctldHost", "SlurmctldPort", "SlurmctldParameters", "AuthType"} <= set(present)
+    for key in present:
+        changed = {**files, "slurm.conf": _edit_line(files["slurm.conf"], key)}
+        assert restart_hash(changed) != restart_hash(files), key
+
+
+@pytest.mark.parametrize("key", ["PartitionName", "PriorityWeightAge", "SlurmctldTimeout", "MinJobAge", "DisableRootJobs"])
+def test_restart_hash_ignores_settings_reconfigure_applies(dev_config, key):
+    files = render(dev_config)
+    changed = {**files, "slurm.conf": _edit_line(files["slurm.conf"], key)}
+    assert config_hash(changed) != config_hash(files)
+    assert restart_hash(changed) == restart_hash(files)
+
+
+def test_restart_hash_ignores_comments_and_gres_conf(dev_config):
+    files = render(dev_config)
+    changed = {**files, "slurm.conf": "# a new comment\n" + files["slurm.conf"], "gres.conf": files["gres.conf"] + "# x\n"}
+    assert restart_hash(changed) == restart_hash(files)
+
+
+def test_restart_hash_follows_cgroup_conf(dev_raw):
+    v2 = render(parse_stack_config(dev_raw))
+    dev_raw["slurm"]["cgroupVersion"] = "v1"
+    v1 = render(parse_stack_config(dev_raw))
+    assert v1["slurm.conf"] == v2["slurm.conf"]
+    assert restart_hash(v1) != restart_hash(v2)
+
+
+def test_new_partition_changes_the_files_but_not_the_restart_hash(dev_raw):
+    before = render(parse_stack_config(dev_raw))
+    dev_raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "00:30:00"})
+    after = render(parse_stack_config(dev_raw))
+    assert config_hash(after) != config_hash(before)
+    assert restart_hash(after) == restart_hash(before)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cpus", 16), ("realMemoryMb", 64000), ("memSpecLimitMb", 2048), ("nodes", "gpu-[001-004]"), ("slurmGpus", 4)],
+)
+def test_node_line_change_changes_the_restart_hash(dev_raw, field, value):
+    before = render(parse_stack_config(dev_raw))
+    dev_raw["pools"][0][field] = value
+    after = render(parse_stack_config(dev_raw))
+    assert lines(after["slurm.conf"], "NodeName") != lines(before["slurm.conf"], "NodeName")
+    assert restart_hash(after) != restart_hash(before)
+
+
+def test_port_change_changes_the_restart_hash(dev_config):
+    assert restart_hash(render(dev_config, slurmctld_port=7817)) != restart_hash(render(dev_config))

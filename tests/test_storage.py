@@ -1,4 +1,4 @@
-"""SharedStorageVolumes: a PV/PVC pair per consuming namespace over one NFS or Lustre file system."""
+"""SharedStorageVolumes: a PV/PVC pair per consuming namespace over one NFS, Lustre or hostPath file system."""
 
 from __future__ import annotations
 
@@ -84,6 +84,27 @@ def test_lustre_csi_source():
         assert spec["csi"]["volumeHandle"] == "lustre-prod-fs1"
         assert spec["csi"]["volumeAttributes"] == {"mgsAddress": "10.20.0.10@o2ib", "fsName": "fs1"}
         assert bool(spec["csi"].get("readOnly")) is (consumer == "inference")
+
+
+def _host_path(raw):
+    raw["storage"] = {"type": "hostPath", "capacity": "20Gi", "hostPath": {"path": "/var/lib/dualsched/shared"}}
+
+
+def test_host_path_source():
+    """One directory on the node, created when missing; the claims and mounts carry read-only."""
+    rendered = render_raw(variant("dev", _host_path))
+    volumes = _volumes(rendered)
+    assert sorted(volumes) == sorted(CONSUMERS)
+    for consumer, volume_ in volumes.items():
+        spec = volume_.manifest["spec"]
+        assert "nfs" not in spec and "csi" not in spec
+        assert spec["hostPath"] == {"path": "/var/lib/dualsched/shared", "type": "DirectoryOrCreate"}
+        assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+        assert spec["capacity"] == {"storage": "20Gi"}
+        assert spec["accessModes"] == (["ReadOnlyMany"] if consumer == "inference" else ["ReadWriteMany"])
+    [deployment] = rendered.in_namespace("inference", "Deployment")
+    assert mounts(container(deployment, "server"))["/models"]["readOnly"] is True
+    assert volume(deployment, "models")["persistentVolumeClaim"]["readOnly"] is True
 
 
 @pytest.mark.parametrize(("stack", "protect"), [("dev", False), ("prod", True)])

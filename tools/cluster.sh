@@ -4,7 +4,8 @@
 #
 # Usage:
 #   tools/cluster.sh up [NODES_FILE]   start (idempotent) and wait until healthy and nodes Ready
-#                                      NODES_FILE default: tools/kwok/dev-nodes.yaml
+#                                      NODES_FILE default: tools/kwok/dev-nodes.yaml; "none": no KWOK
+#                                      and no fake nodes (the real node of tools/node.sh joins later)
 #   tools/cluster.sh down              stop all processes (pid files) and remove the state dir
 #   tools/cluster.sh status            show process / API / node status (exit 1 if not running)
 #   tools/cluster.sh env               print `export KUBECONFIG=...` for eval
@@ -128,6 +129,8 @@ extendedKeyUsage=clientAuth'
     sign controller-manager "/CN=system:kube-controller-manager" client.ext
     sign scheduler "/CN=system:kube-scheduler" client.ext
     sign kwok "/O=system:masters/CN=kwok-controller" client.ext
+    # kube-apiserver -> kubelet (logs, exec): the name kubeadm gives it
+    sign apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" client.ext
     # service-account token signing key pair
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -246,6 +249,9 @@ ensure_local_pvs() {
   while [ "$available" -lt "$LOCAL_PVS" ]; do
     n=$((n + 1)); name=$(printf 'local-pv-%03d' "$n")
     mkdir -p "$DIR/volumes/$name"
+    # Like a local-path provisioner: the pod's own user (mysql, slurm) must be able to write it;
+    # fsGroup does not apply to hostPath volumes.
+    chmod 0777 "$DIR/volumes/$name"
     kc create -f - >/dev/null <<EOF
 apiVersion: v1
 kind: PersistentVolume
@@ -276,7 +282,8 @@ nodes_ready() {
 # ------------------------------------------------------------------ commands
 cmd_up() {
   local nodes_file="${1:-$HERE/kwok/dev-nodes.yaml}"
-  [ -f "$nodes_file" ] || die "nodes file not found: $nodes_file"
+  if [ "$nodes_file" = none ]; then COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler); fi
+  [ "$nodes_file" = none ] || [ -f "$nodes_file" ] || die "nodes file not found: $nodes_file"
   local t0; t0=$(date +%s)
   local all=1 c
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" || all=0; done
@@ -308,8 +315,10 @@ cmd_up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --api-audiences https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" \
-    --authorization-mode RBAC \
-    --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,PodSecurity,Priority,ResourceQuota,StorageObjectInUseProtection,PersistentVolumeClaimResize,RuntimeClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
+    --authorization-mode Node,RBAC \
+    --kubelet-preferred-address-types InternalIP,Hostname \
+    --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
+    --enable-admission-plugins NodeRestriction,NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,PodSecurity,Priority,ResourceQuota,StorageObjectInUseProtection,PersistentVolumeClaimResize,RuntimeClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
     --allow-privileged=true \
     --requestheader-client-ca-file "$p/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
@@ -334,6 +343,13 @@ cmd_up() {
     --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" \
     --leader-elect=false --profiling=false --v 1
+  if [ "$nodes_file" = none ]; then
+    wait_for 120 "default service account" sa_ready
+    ensure_local_pvs
+    log "up in $(( $(date +%s) - t0 ))s: https://127.0.0.1:$API_PORT, no KWOK nodes (add a real one: tools/node.sh up)"
+    log "export KUBECONFIG=$KUBECONFIG_FILE"
+    return
+  fi
   start_proc kwok -- "$(bin_of kwok)" \
     --kubeconfig "$DIR/kwok.kubeconfig" \
     --config "$HERE/kwok/stages.yaml" \
@@ -371,6 +387,8 @@ cmd_down() {
 cmd_status() {
   local c rc=0
   for c in "${COMPONENTS[@]}"; do
+    # a cluster started with `up none` has no KWOK
+    if [ "$c" = kwok ] && [ ! -f "$DIR/pids/kwok.pid" ]; then continue; fi
     if pid_alive "$c"; then log "$c: running (pid $(cat "$DIR/pids/$c.pid"))"; else log "$c: not running"; rc=1; fi
   done
   if api_healthy; then

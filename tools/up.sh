@@ -8,7 +8,8 @@
 #   tools/up.sh destroy    pulumi destroy (node labels/taints and PVs are kept on purpose)
 #
 # Env:
-#   DUALSCHED_STACK        stack name (default dev; its config is Pulumi.<stack>.yaml in the checkout)
+#   DUALSCHED_STACK        stack name (default local: the dev environment on this machine's real node;
+#                          its config is Pulumi.<stack>.yaml in the checkout)
 #   DUALSCHED_STATE_DIR    local file backend + generated project dir (default ~/.cache/dualsched-state)
 #   PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE
 #                          secrets passphrase; if neither is set, one is generated once into
@@ -25,7 +26,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-STACK="${DUALSCHED_STACK:-dev}"
+STACK="${DUALSCHED_STACK:-local}"
 STATE="${DUALSCHED_STATE_DIR:-$HOME/.cache/dualsched-state}"
 CLUSTER_DIR="${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}"
 VENV="${VENV:-$ROOT/.venv}"
@@ -113,6 +114,33 @@ case "$ACTION" in
     exit 0 ;;
 esac
 
+# A hostPath "shared file system" (the local stack) is a directory of this machine: make it as a
+# file server would hold it, a jobs directory and the model directories owned by the first job
+# user, each model with a first version for the server to load before any training ran.
+if [ "$ACTION" = up ]; then
+  "$VENV/bin/python" - "$ROOT" "$ROOT/Pulumi.$STACK.yaml" <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from config import load_stack_file
+from config.models import StorageType
+config = load_stack_file(sys.argv[2])
+if config.storage.type is StorageType.HOST_PATH:
+    base = config.storage.host_path.path
+    owner = config.slurm.users[0] if config.slurm.users else None
+    models = os.path.join(base, config.storage.models_path)
+    for path in [os.path.join(base, "jobs"), models, *(os.path.join(models, m.path) for m in config.inference.models)]:
+        os.makedirs(path, exist_ok=True)
+        if owner:
+            os.chown(path, owner.uid, owner.group_id)
+    for model in config.inference.models:
+        seed = os.path.join(models, model.path, "config.json")
+        if not os.listdir(os.path.dirname(seed)):
+            with open(seed, "w") as out:
+                out.write('{"model_type": "stand-in", "version": 0}\n')
+    print(f"[up] shared directory {base} ready (jobs/, {config.storage.models_path}/)")
+PY
+fi
+
 # --refresh: the stack state may describe an earlier cluster (tools/cluster.sh down + up);
 # refreshing first makes the update recreate what is gone instead of trusting stale state.
 step_start "pulumi up --stack $STACK --refresh (preview, then apply; first run ~15-30 s)"
@@ -154,10 +182,13 @@ for p in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["
     rows.append((p["metadata"]["namespace"], p["metadata"]["name"], node, pool(node), f"{ready}/{total}", st.get("phase", "?")))
 table(rows)
 print()
-rows = [("NODE", "POOL", "GPUS", "TAINTS")]
+rows = [("NODE", "POOL", "GPUS", "RUNTIME", "TAINTS")]
 for name, n in sorted(nodes.items()):
     taints = ",".join("%s=%s:%s" % (t["key"], t.get("value", ""), t["effect"]) for t in n["spec"].get("taints", [])) or "-"
-    rows.append((name, pool(name), n["status"].get("capacity", {}).get("nvidia.com/gpu", "-"), taints))
+    # a real node names its container runtime (containerd://...); a KWOK node's pods never ran
+    runtime = n["status"].get("nodeInfo", {}).get("containerRuntimeVersion", "?")
+    rows.append((name, pool(name), n["status"].get("capacity", {}).get("nvidia.com/gpu", "-"),
+                 "KWOK (fake)" if runtime == "kwok" else runtime, taints))
 table(rows)
 PY
 pool_label=$(pulumi config get --path 'dualsched:placement.poolLabel' --stack "$STACK" 2>/dev/null || echo dualsched.io/pool)

@@ -54,6 +54,8 @@ WAIT = 60.0
 
 DB_USER = "slurm"
 DB_NAME = "slurm_acct_db"
+# Batch jobs run as this host account: slurm.conf has DisableRootJobs=YES.
+JOB_USER = "nobody"
 
 # munged listens on its default socket, as the munged sidecars do on Kubernetes (their
 # Site leaves munge_socket unset, and so does this one). It has to: a configless slurmd
@@ -498,7 +500,7 @@ class LocalCluster(SlurmClient):
             controller.stop()
         self.controllers.clear()
         if self.daemons.get("slurmctld") and self.daemons["slurmctld"].alive():
-            self.run("scancel", "--full", "--user=root", check=False, timeout=20)
+            self.run("scancel", "--full", f"--user={JOB_USER}", check=False, timeout=20)
         self.stop_all()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -636,12 +638,18 @@ class LocalCluster(SlurmClient):
         return wait_until(f"node {name} to be {state}", probe, timeout)
 
     def sbatch(self, *options: str, script: str) -> int:
-        """Submit ``script`` (sh) as a batch job; its output goes to job-<id>.out in the cluster dir."""
-        path = self.root / f"job-{time.monotonic_ns()}.sh"
+        """Submit ``script`` (sh) as a batch job of JOB_USER (slurm.conf has DisableRootJobs);
+        its output goes to job-<id>.out in the jobs directory."""
+        jobs = self.root / "jobs"
+        jobs.mkdir(exist_ok=True)
+        os.chmod(jobs, 0o1777)
+        path = jobs / f"job-{time.monotonic_ns()}.sh"
         path.write_text("#!/bin/sh\n" + script)
+        path.chmod(0o644)
         out = self.run(
-            "sbatch", "--parsable", f"--chdir={self.root}", f"--output={self.root}/job-%j.out", *options, str(path)
-        )
+            "runuser", "-u", JOB_USER, "--",
+            "sbatch", "--parsable", f"--chdir={jobs}", f"--output={jobs}/job-%j.out", *options, str(path),
+        )  # fmt: skip
         return int(out.strip().split(";")[0])
 
     def held_script(self, then: str = "") -> str:
@@ -657,7 +665,7 @@ class LocalCluster(SlurmClient):
                 self.release(job_id)
 
     def job_output(self, job_id: int) -> str:
-        return (self.root / f"job-{job_id}.out").read_text()
+        return (self.root / "jobs" / f"job-{job_id}.out").read_text()
 
     def job(self, job_id: int) -> dict[str, str]:
         return parse_scontrol(self.run("scontrol", "show", "--oneliner", "job", str(job_id)).splitlines()[0])

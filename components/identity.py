@@ -1,0 +1,86 @@
+"""Who jobs run as: the passwd and group files every Slurm pod resolves users with.
+
+slurmctld checks a job's user, slurmstepd switches to it and sbatch names it, so all
+of them must resolve the same uid to the same name. Each pod mounts these files over
+the image's own: the pods then depend on no image's accounts (Debian's slurm user is
+64030, SchedMD's is 401), and a user added to the config reaches every pod from one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import child, config_map_volume, labels, meta, mount
+from config.models import SlurmUser, StackConfig
+
+SLURM_UID = 401
+"""SlurmUser's uid (SchedMD's images use it too); files on the state claim belong to it."""
+SLURM_USER = "slurm"
+NOBODY_UID = 65534
+VOLUME = "identity"
+# ConfigMap keys -> the files they replace (keys without "passwd": it holds no secret, only names and ids).
+FILES = {"users": "/etc/passwd", "groups": "/etc/group"}
+JOB_HOME = "/tmp"
+"""Job users have no home of their own in the pods; jobs run in their submit directory."""
+
+
+def passwd_file(users: tuple[SlurmUser, ...]) -> str:
+    entries = [
+        "root:x:0:0:root:/root:/bin/sh",
+        f"{SLURM_USER}:x:{SLURM_UID}:{SLURM_UID}:Slurm workload manager:/var/lib/slurm:/usr/sbin/nologin",
+        f"nobody:x:{NOBODY_UID}:{NOBODY_UID}:nobody:/nonexistent:/usr/sbin/nologin",
+        *(f"{user.name}:x:{user.uid}:{user.group_id}::{JOB_HOME}:/bin/sh" for user in users),
+    ]
+    return "\n".join(entries) + "\n"
+
+
+def group_file(users: tuple[SlurmUser, ...]) -> str:
+    entries = [
+        "root:x:0:",
+        f"{SLURM_USER}:x:{SLURM_UID}:",
+        f"nogroup:x:{NOBODY_UID}:",
+        *(f"{user.name}:x:{user.group_id}:" for user in users),
+    ]
+    return "\n".join(entries) + "\n"
+
+
+@dataclass(frozen=True)
+class UserDirectoryArgs:
+    """``namespaces``: logical name -> namespace that gets the files."""
+
+    config: StackConfig
+    namespaces: Mapping[str, pulumi.Input[str]]
+
+
+class UserDirectory(pulumi.ComponentResource):
+    """The rendered passwd and group files, one ConfigMap in each namespace that runs Slurm code."""
+
+    config_map_names: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: UserDirectoryArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("dualsched:identity:UserDirectory", name, None, opts)
+        users = args.config.slurm.users
+        files = {"users": passwd_file(users), "groups": group_file(users)}
+        self.config_map_names = {}
+        for logical, namespace in args.namespaces.items():
+            config_map = k8s.core.v1.ConfigMap(
+                f"{name}-{logical}",
+                metadata=meta(namespace=namespace, labels=labels("identity", args.config.slurm.cluster_name)),
+                data=files,
+                opts=child(self),
+            )
+            self.config_map_names[logical] = config_map.metadata.name
+        self.register_outputs({"config_map_names": self.config_map_names})
+
+
+def identity_volume(config_map_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
+    return config_map_volume(VOLUME, config_map_name)
+
+
+def identity_mounts() -> list[k8s.core.v1.VolumeMountArgs]:
+    """/etc/passwd and /etc/group replaced file by file (the rest of /etc stays the image's)."""
+    return [mount(VOLUME, path, read_only=True, sub_path=key) for key, path in FILES.items()]

@@ -1,0 +1,294 @@
+"""The local stack on a real kubelet: every pod runs, and a Slurm job flows from a Kubernetes
+Job through slurmctld and slurmd to sacct, and its checkpoint to the model server.
+
+The tests run in file order and build on each other (one deployment per session), the way an
+operator would check a new cluster: pods, then Slurm, then a job, then failures and changes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any, Callable, Optional
+
+import pytest
+
+from config.quantities import parse_quantity
+from node_support import JOB_USER_UID, NodeWorld, local_config
+from e2e_support import TIMINGS, tail
+
+pytestmark = pytest.mark.node
+
+STACK = "local"
+NODE = "gpu-real-1"
+SLURM_NS, JOBS_NS, INFERENCE_NS = "slurm", "slurm-jobs", "inference"
+SLURM_CONF_CACHE = "/var/spool/slurmd/conf-cache/slurm.conf"
+TRAIN_SCRIPT = """#!/bin/sh
+#SBATCH --job-name=train-tiny
+echo "user=$(id -un) uid=$(id -u)"
+echo "gpus=${SLURM_JOB_GPUS:-none}"
+echo "shm_kb=$(df -k /dev/shm | awk 'NR==2 {print $2}') shm_fs=$(df -T /dev/shm | awk 'NR==2 {print $2}')"
+echo "checkpoint of job $SLURM_JOB_ID" > /shared/models/tiny/checkpoint.bin
+"""
+
+
+def wait_until(what: str, probe: Callable[[], Any], timeout: float = 240, every: float = 2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    """kubectl and Slurm commands against the deployed stack."""
+
+    def __init__(self, world: NodeWorld):
+        self.world = world
+
+    def pods(self, namespace: str) -> list[dict]:
+        return self.world.kget("pods", "-n", namespace)["items"]
+
+    def pod(self, namespace: str, prefix: str) -> dict:
+        matches = [p for p in self.pods(namespace) if p["metadata"]["name"].startswith(prefix)
+                   and p["metadata"].get("deletionTimestamp") is None]
+        assert len(matches) == 1, [p["metadata"]["name"] for p in matches]
+        return matches[0]
+
+    def exec(self, namespace: str, pod: str, container: str, *command: str, check: bool = True) -> str:
+        result = self.world.kubectl("exec", "-n", namespace, pod, "-c", container, "--", *command, check=check)
+        return result.stdout if check else result
+
+    def slurm(self, *command: str) -> str:
+        """A Slurm client command in the controller pod (as SlurmUser, with its munge socket)."""
+        return self.exec(SLURM_NS, "slurmctld-0", "slurmctld", *command)
+
+    def slurmd_pod(self) -> dict:
+        return self.pod(SLURM_NS, "dualsched-slurmd-gpu")
+
+    def submit_as(self, user: str, *sbatch: str) -> int:
+        """sbatch as ``user`` from inside the slurmd pod (its conf-cache is a client config)."""
+        out = self.exec(SLURM_NS, self.slurmd_pod()["metadata"]["name"], "slurmd",
+                        "env", f"SLURM_CONF={SLURM_CONF_CACHE}", "runuser", "-u", user, "--",
+                        "sbatch", "--parsable", *sbatch)  # fmt: skip
+        return int(out.strip().split(";")[0])
+
+    def job_state(self, job_id: int) -> Optional[str]:
+        out = self.slurm("scontrol", "show", "job", "--oneliner", str(job_id))
+        match = re.search(r"JobState=(\S+)", out)
+        return match.group(1) if match else None
+
+    def sacct(self, job_id: int) -> Optional[dict[str, str]]:
+        fields = ("JobID", "User", "State", "Partition", "AllocTRES", "NodeList")
+        out = self.slurm("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
+                         f"--format={','.join(fields)}")  # fmt: skip
+        rows = [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
+        return rows[0] if rows else None
+
+
+def all_ready(pods: list[dict]) -> bool:
+    def ready(pod: dict) -> bool:
+        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True"
+
+    return bool(pods) and all(ready(p) for p in pods if p["metadata"].get("deletionTimestamp") is None)
+
+
+def up(world: NodeWorld, config: dict, job: Optional[dict] = None) -> None:
+    stack = world.stack(STACK, config)
+    if job is None:
+        stack.remove_config("nodetest:job")
+    else:
+        from pulumi import automation as auto
+
+        stack.set_config("nodetest:job", auto.ConfigValue(json.dumps(job)))
+    start = time.monotonic()
+    result = stack.up(on_output=lambda _: None, color="never")
+    TIMINGS.append((f"pulumi up of the local stack ({result.summary.result})", time.monotonic() - start))
+    assert result.summary.result == "succeeded", tail(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster(node_world: NodeWorld) -> Cluster:
+    up(node_world, local_config(node_world))
+    return Cluster(node_world)
+
+
+# ---------------------------------------------------------------- pods
+
+
+def test_every_pod_of_the_stack_runs_and_is_ready_on_the_real_node(cluster):
+    start = time.monotonic()
+    for namespace in (SLURM_NS, INFERENCE_NS):
+        wait_until(f"every pod in {namespace} Ready", lambda: all_ready(cluster.pods(namespace)), timeout=420)
+    TIMINGS.append(("every pod Ready after pulumi up", time.monotonic() - start))
+    running = {p["metadata"]["name"]: p for p in cluster.pods(SLURM_NS) + cluster.pods(INFERENCE_NS)}
+    assert {"slurmctld-0", "mariadb-0"} <= set(running), sorted(running)
+    assert any(name.startswith("dualsched-slurmd-gpu") for name in running)
+    assert any(name.startswith("dualsched-accounting-slurmdbd") for name in running)
+    assert any(name.startswith("dualsched-tiny") for name in running)
+    for name, pod in running.items():
+        assert pod["spec"]["nodeName"] == NODE, name
+        for status in pod["status"]["containerStatuses"]:
+            # a real runtime ran it: containerd's container id and a start time, not KWOK's fakes
+            assert status["containerID"].startswith("containerd://"), (name, status)
+            assert "running" in status["state"], (name, status)
+
+
+def test_slurmd_is_guaranteed_with_memory_in_mebibytes(cluster):
+    pod = cluster.slurmd_pod()
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    slurmd = next(c for c in pod["spec"]["containers"] if c["name"] == "slurmd")
+    assert parse_quantity(slurmd["resources"]["limits"]["memory"]) == 4096 * 2**20
+    # the cgroup the kubelet made holds exactly what slurm.conf promises (RealMemory=4096)
+    limit = cluster.exec(SLURM_NS, pod["metadata"]["name"], "slurmd", "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    assert int(limit) == 4096 * 2**20
+
+
+def test_munged_keeps_its_key_private_and_its_socket_reachable(cluster):
+    pod = cluster.pod(SLURM_NS, "slurmctld-0")["metadata"]["name"]
+    key = cluster.exec(SLURM_NS, pod, "munged", "stat", "-c", "%a %u %F", "/var/lib/munge/munge.key").split()
+    assert key == ["400", "0", "regular", "file"]
+    # munged refuses a socket directory that others may write without the sticky bit (an emptyDir is 0777)
+    socket_dir = int(cluster.exec(SLURM_NS, pod, "slurmctld", "stat", "-c", "%a", "/run/munge").strip(), 8)
+    assert socket_dir & 0o022 == 0 and socket_dir & 0o005 == 0o005, oct(socket_dir)
+    # slurmctld's user gets a credential from munged
+    assert "Success" in cluster.exec(SLURM_NS, pod, "slurmctld", "sh", "-c", "munge -n | unmunge")
+
+
+def test_cluster_dns_resolves_services_for_pods_and_host_network_pods(cluster):
+    slurmd = cluster.slurmd_pod()["metadata"]["name"]
+    # slurmd runs on the host network (ClusterFirstWithHostNet) and still finds slurmctld by name
+    out = cluster.exec(SLURM_NS, slurmd, "slurmd", "getent", "hosts", "slurmctld-0.slurmctld.slurm.svc.cluster.local")
+    assert out.split()[0] == cluster.pod(SLURM_NS, "slurmctld-0")["status"]["podIP"]
+    out = cluster.exec(SLURM_NS, slurmd, "slurmd", "getent", "hosts", "mariadb.slurm.svc.cluster.local")
+    service = cluster.world.kget("service", "-n", SLURM_NS, "mariadb")
+    assert out.split()[0] == service["spec"]["clusterIP"]
+
+
+# ---------------------------------------------------------------- Slurm
+
+
+def test_sinfo_shows_the_real_node_idle_with_its_gpus(cluster):
+    def idle() -> Optional[str]:
+        out = cluster.slurm("sinfo", "--noheader", "--Node", "--format=%N %T %G")
+        return out if re.search(rf"^{NODE} idle gpu:2\b", out, re.MULTILINE) else None
+
+    wait_until("slurmd to register and the node to be idle", idle, timeout=180)
+    node = cluster.slurm("scontrol", "show", "node", NODE)
+    # the address slurmctld learnt when slurmd registered: no DNS name for the node was needed
+    assert re.search(r"NodeAddr=(\d+\.){3}\d+", node), node
+
+
+def test_a_kubernetes_job_runs_a_slurm_job_as_a_named_user_that_writes_a_checkpoint(cluster):
+    world = cluster.world
+    (world.shared / "jobs" / "train.sbatch").write_text(TRAIN_SCRIPT)
+    job = {"name": "train-tiny", "user": "alice", "script": "jobs/train.sbatch",
+           "args": ["--partition=gpu", "--gres=gpu:1", "--mem=256M", "--output=/shared/jobs/train-%j.out"]}
+    up(world, local_config(world), job=job)
+
+    def finished() -> Optional[dict]:
+        jobs = world.kget("jobs", "-n", JOBS_NS)["items"]
+        done = [j for j in jobs if j["status"].get("succeeded") or j["status"].get("failed")]
+        return done[0] if done else None
+
+    k8s_job = wait_until("the sbatch Job to finish", finished, timeout=300)
+    logs = world.kubectl("logs", "-n", JOBS_NS, f"job/{k8s_job['metadata']['name']}", "-c", "sbatch", check=False)
+    assert k8s_job["status"].get("succeeded") == 1, logs.stdout + logs.stderr
+    job_id = int(re.search(r"Submitted batch job (\d+)", logs.stdout).group(1))
+    output = (world.shared / "jobs" / f"train-{job_id}.out").read_text()
+    assert f"user=alice uid={JOB_USER_UID}" in output, output
+    assert "gpus=" in output and "gpus=none" not in output, output
+    shm = dict(pair.split("=") for pair in re.search(r"shm_kb=\S+ shm_fs=\S+", output).group(0).split())
+    # memory-backed and sized by the config (half of 4096 - 512 MiB), not the runtime's 64 MiB
+    assert shm["shm_fs"] == "tmpfs" and int(shm["shm_kb"]) == (4096 - 512) // 2 * 1024, output
+    checkpoint = world.shared / "models" / "tiny" / "checkpoint.bin"
+    assert checkpoint.read_text() == f"checkpoint of job {job_id}\n"
+    assert checkpoint.stat().st_uid == JOB_USER_UID
+    cluster.job_id = job_id
+
+
+def test_the_model_server_reads_the_checkpoint_through_its_read_only_mount(cluster):
+    pod = cluster.pod(INFERENCE_NS, "dualsched-tiny")["metadata"]["name"]
+    content = cluster.exec(INFERENCE_NS, pod, "server", "cat", "/models/tiny/checkpoint.bin")
+    assert content == f"checkpoint of job {cluster.job_id}\n"
+    written = cluster.exec(INFERENCE_NS, pod, "server", "sh", "-c", "echo x > /models/tiny/x", check=False)
+    assert written.returncode != 0 and "Read-only file system" in written.stderr
+
+
+def test_sacct_records_the_job_with_its_gpu(cluster):
+    record = wait_until("slurmdbd to record the job", lambda: (r := cluster.sacct(cluster.job_id)) and
+                        r["State"] == "COMPLETED" and r["AllocTRES"] and r)  # fmt: skip
+    assert record["User"] == "alice" and record["Partition"] == "gpu" and record["NodeList"] == NODE
+    assert "gres/gpu=1" in record["AllocTRES"].split(","), record
+
+
+def test_root_may_not_run_jobs(cluster):
+    slurmd = cluster.slurmd_pod()["metadata"]["name"]
+    result = cluster.exec(SLURM_NS, slurmd, "slurmd", "env", f"SLURM_CONF={SLURM_CONF_CACHE}",
+                          "sbatch", "--wrap", "true", check=False)  # fmt: skip
+    # slurmctld's answer to DisableRootJobs (src/slurmctld/job_mgr.c): ESLURM_USER_ID_MISSING, and it logs why
+    assert result.returncode != 0 and "Invalid user id" in result.stderr, result.stderr
+    log = cluster.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-0", "-c", "slurmctld").stdout
+    assert "SUBMIT_JOB for user root disabled" in log
+
+
+# ---------------------------------------------------------------- failures and changes
+
+
+def test_deleting_the_slurmctld_pod_loses_no_job(cluster):
+    job_id = cluster.submit_as("alice", "--partition=gpu", "--mem=64M", "--output=/dev/null", "--wrap", "sleep 40")
+    wait_until(f"job {job_id} to run", lambda: cluster.job_state(job_id) == "RUNNING", timeout=120)
+    old_uid = cluster.pod(SLURM_NS, "slurmctld-0")["metadata"]["uid"]
+    cluster.world.kubectl("delete", "pod", "-n", SLURM_NS, "slurmctld-0", "--wait=true", timeout=180)
+    wait_until("a new slurmctld-0 Ready", lambda: (p := [x for x in cluster.pods(SLURM_NS) if x["metadata"]["name"] == "slurmctld-0"])
+               and p[0]["metadata"]["uid"] != old_uid and all_ready(p), timeout=240)  # fmt: skip
+    # the job is still known (state saved on the claim) and runs to the end on its node
+    assert cluster.job_state(job_id) in ("RUNNING", "COMPLETING", "COMPLETED")
+    wait_until(f"job {job_id} to complete", lambda: cluster.job_state(job_id) == "COMPLETED", timeout=180)
+    record = wait_until("sacct to record it", lambda: (r := cluster.sacct(job_id)) and r["State"] == "COMPLETED" and r)
+    assert record["User"] == "alice"
+
+
+def test_restarting_the_database_loses_no_accounting_record(cluster):
+    before = cluster.sacct(cluster.job_id)
+    cluster.world.kubectl("delete", "pod", "-n", SLURM_NS, "mariadb-0", "--wait=true", timeout=180)
+    wait_until("mariadb-0 Ready again", lambda: (p := [x for x in cluster.pods(SLURM_NS) if x["metadata"]["name"] == "mariadb-0"])
+               and all_ready(p), timeout=240)  # fmt: skip
+    after = wait_until("sacct to answer again", lambda: _quiet(lambda: cluster.sacct(cluster.job_id)), timeout=180)
+    assert after == before
+
+
+def _quiet(probe: Callable[[], Any]) -> Any:
+    try:
+        return probe()
+    except BaseException:  # pytest.fail from a kubectl that failed while the database restarts
+        return None
+
+
+def test_a_slurm_conf_change_reaches_slurmd_without_restarting_anything(cluster):
+    world = cluster.world
+    slurmd_before = cluster.slurmd_pod()
+    controller_before = cluster.pod(SLURM_NS, "slurmctld-0")
+    config = local_config(world)
+    config["slurm"]["partitions"][0]["maxTime"] = "2:00:00"
+    up(world, config)
+
+    def slurmd_has_new_config() -> bool:
+        name = cluster.slurmd_pod()["metadata"]["name"]
+        conf = cluster.exec(SLURM_NS, name, "slurmd", "cat", SLURM_CONF_CACHE)
+        return "MaxTime=2:00:00" in conf
+
+    wait_until("slurmd's configless cache to get MaxTime=2:00:00", slurmd_has_new_config, timeout=300, every=5)
+    assert "MaxTime=02:00:00" in cluster.slurm("scontrol", "show", "partition", "gpu")
+    slurmd_after = cluster.slurmd_pod()
+    controller_after = cluster.pod(SLURM_NS, "slurmctld-0")
+    assert slurmd_after["metadata"]["uid"] == slurmd_before["metadata"]["uid"]
+    assert controller_after["metadata"]["uid"] == controller_before["metadata"]["uid"]
+    for before, after in ((slurmd_before, slurmd_after), (controller_before, controller_after)):
+        restarts = {s["name"]: s["restartCount"] for s in before["status"]["containerStatuses"]}
+        assert {s["name"]: s["restartCount"] for s in after["status"]["containerStatuses"]} == restarts
