@@ -148,7 +148,7 @@ def build(config: StackConfig, slurm_files: dict[str, str], slurmdbd_conf: str) 
     apps.StatefulSet("slurmctld", metadata=meta.ObjectMetaArgs(name="slurmctld", namespace=slurm, labels=ctld), spec=apps.StatefulSetSpecArgs(
         service_name="slurmctld", replicas=2, pod_management_policy="Parallel", selector=meta.LabelSelectorArgs(match_labels=ctld),
         template=core.PodTemplateSpecArgs(
-            metadata=meta.ObjectMetaArgs(labels=ctld, annotations={"dualsched.io/slurm-config-hash": "0" * 64}),
+            metadata=meta.ObjectMetaArgs(labels=ctld, annotations={"dualsched.io/slurm-restart-hash": "0" * 64}),
             spec=core.PodSpecArgs(
                 automount_service_account_token=False, security_context=core.PodSecurityContextArgs(fs_group=401),
                 init_containers=[_munged(images.slurmd)],

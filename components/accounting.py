@@ -25,7 +25,7 @@ from components.common import (
     stateful,
     tcp_probe,
 )
-from components.identity import SLURM_UID, identity_mounts, identity_volume
+from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import MYSQL_PORT, SLURMDBD_PORT
 from components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
@@ -243,7 +243,7 @@ class Accounting(pulumi.ComponentResource):
                 strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dbd_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=dbd_labels),
+                    metadata=meta(labels=dbd_labels, annotations=users_annotation(config)),
                     spec=k8s.core.v1.PodSpecArgs(
                         hostname=site.dbd_host,
                         automount_service_account_token=False,

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import GPU_RESOURCE, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe
-from components.identity import identity_mounts, identity_volume
+from components.identity import identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.slurm_files import Site
 from config.models import NodePool, StackConfig, Taint
@@ -75,7 +75,7 @@ class ComputePool(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="OnDelete"),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=pod_labels),
+                    metadata=meta(labels=pod_labels, annotations=users_annotation(config)),
                     spec=self._pod_spec(args),
                 ),
             ),

@@ -24,7 +24,7 @@ from components.common import (
     stateful,
     tcp_probe,
 )
-from components.identity import SLURM_UID, identity_mounts, identity_volume
+from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR
@@ -107,7 +107,10 @@ class SlurmController(pulumi.ComponentResource):
                 pod_management_policy="Parallel",
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=pod_labels, annotations={CONFIG_HASH_ANNOTATION: args.restart_hash}),
+                    metadata=meta(
+                        labels=pod_labels,
+                        annotations={CONFIG_HASH_ANNOTATION: args.restart_hash, **users_annotation(config)},
+                    ),
                     spec=self._pod_spec(args, state.metadata.name),
                 ),
             ),

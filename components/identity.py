@@ -15,12 +15,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child, config_map_volume, labels, meta, mount
+from components.slurm_files import config_hash
 from config.models import SlurmUser, StackConfig
 
 SLURM_UID = 401
 """SlurmUser's uid (SchedMD's images use it too); files on the state claim belong to it."""
 SLURM_USER = "slurm"
 NOBODY_UID = 65534
+USERS_HASH_ANNOTATION = "dualsched.io/users-hash"
 VOLUME = "identity"
 # ConfigMap keys -> the files they replace (keys without "passwd": it holds no secret, only names and ids).
 FILES = {"users": "/etc/passwd", "groups": "/etc/group"}
@@ -48,6 +50,17 @@ def group_file(users: tuple[SlurmUser, ...]) -> str:
     return "\n".join(entries) + "\n"
 
 
+def identity_files(users: tuple[SlurmUser, ...]) -> dict[str, str]:
+    """The ConfigMap's data: its keys are the subPaths mounted over /etc/passwd and /etc/group."""
+    return {"users": passwd_file(users), "groups": group_file(users)}
+
+
+def users_annotation(config: StackConfig) -> dict[str, str]:
+    """For the pod templates that mount the files: a pod reads them only when it starts (subPath
+    mounts never refresh), so a change of users restarts those pods and the preview says so."""
+    return {USERS_HASH_ANNOTATION: config_hash(identity_files(config.slurm.users))}
+
+
 @dataclass(frozen=True)
 class UserDirectoryArgs:
     """``namespaces``: logical name -> namespace that gets the files."""
@@ -63,8 +76,7 @@ class UserDirectory(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: UserDirectoryArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:identity:UserDirectory", name, None, opts)
-        users = args.config.slurm.users
-        files = {"users": passwd_file(users), "groups": group_file(users)}
+        files = identity_files(args.config.slurm.users)
         self.config_map_names = {}
         for logical, namespace in args.namespaces.items():
             config_map = k8s.core.v1.ConfigMap(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from components.identity import users_annotation
 from components.controller import CONFIG_HASH_ANNOTATION, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP
 from components.identity import SLURM_UID
 from components.slurm_config import CONFIG_DIR
@@ -137,7 +138,7 @@ def test_restart_hash_annotation_is_the_restart_hash_of_the_rendered_files(stack
     rendered = render_stack(stack)
     annotations = _statefulset(rendered).manifest["spec"]["template"]["metadata"]["annotations"]
     assert CONFIG_HASH_ANNOTATION == "dualsched.io/slurm-restart-hash"
-    assert annotations == {CONFIG_HASH_ANNOTATION: restart_hash(rendered.slurm_files)}
+    assert annotations == {CONFIG_HASH_ANNOTATION: restart_hash(rendered.slurm_files), **users_annotation(rendered.config)}
     assert annotations[CONFIG_HASH_ANNOTATION] == rendered.outputs_of("dualsched:slurm_config:SlurmConfig")["restart_hash"]
     # Not the digest of all the files: that would roll slurmctld for every partition change.
     assert annotations[CONFIG_HASH_ANNOTATION] != rendered.render.slurm_conf_hash

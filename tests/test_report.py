@@ -114,6 +114,17 @@ def test_node_line_change_reloads_config_and_restarts_slurmctld(tmp_path):
     assert_no_secret(compared.markdown, compared.base, compared.head)
 
 
+def test_a_new_user_restarts_the_pods_that_read_the_user_files(tmp_path):
+    """Pods read /etc/passwd (a subPath mount) when they start: the preview says who restarts."""
+    compared = compare(tmp_path, "dev", lambda raw: raw["slurm"]["users"].append({"name": "bob", "uid": 2002}))
+    (restart,) = compared.of(Impact.SLURMCTLD_RESTART)
+    assert "spec.template.metadata.annotations.dualsched.io/users-hash" in restart.change.paths
+    assert compared.of(Impact.SLURMDBD_RESTART)
+    (roll,) = compared.of(Impact.SLURMD_ROLL)
+    assert roll.nodes == ["gpu-001", "gpu-002"]
+    assert not compared.of(Impact.INFERENCE_ROLLOUT)
+
+
 def test_slurmd_image_change_rolls_every_pool_with_its_node_count(tmp_path):
     compared = compare(tmp_path, "prod", lambda raw: raw["images"].update(slurmd=NEW_SLURMD))
     rolls = {finding.change.name.split("-slurmd-")[1].rsplit("-", 1)[0]: finding for finding in compared.of(Impact.SLURMD_ROLL)}

@@ -37,10 +37,12 @@ KCM_PORT="${DUALSCHED_KCM_PORT:-10257}"
 SCHED_PORT="${DUALSCHED_SCHEDULER_PORT:-10259}"
 SERVICE_CIDR="10.96.0.0/16"
 KUBECONFIG_FILE="$DIR/kubeconfig"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 log() { echo "[cluster] $*"; }
 die() { echo "[cluster] ERROR: $*" >&2; exit 1; }
+# shellcheck source=daemons.sh
+source "$HERE/daemons.sh"
 
 bin_of() {
   local t=$1 v
@@ -57,29 +59,12 @@ bin_of() {
 
 kc() { "$(bin_of kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
-pid_alive() { local f="$DIR/pids/$1.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
-
 etcd_healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null 2>/dev/null; }
 
 api_healthy() {
   [ -f "$DIR/pki/admin.crt" ] || return 1
   curl -fsS --max-time 3 --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
-}
-
-wait_for() { # wait_for SECONDS DESCRIPTION CMD...   (fails fast if a started component died)
-  local secs=$1 what=$2; shift 2
-  local end=$(( $(date +%s) + secs )) c
-  until "$@"; do
-    for c in "${COMPONENTS[@]}"; do
-      if [ -f "$DIR/pids/$c.pid" ] && ! pid_alive "$c"; then
-        tail -n 5 "$DIR/logs/$c.log" >&2 || true
-        die "$c exited while waiting for $what (log: $DIR/logs/$c.log; port in use by another cluster?)"
-      fi
-    done
-    if [ "$(date +%s)" -ge "$end" ]; then die "timed out after ${secs}s waiting for $what (logs: $DIR/logs)"; fi
-    sleep 1
-  done
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -92,9 +77,7 @@ start_proc() { # start_proc NAME [PORT...] -- CMD...   (refuses to start if a PO
   for port in "${ports[@]}"; do
     port_busy "$port" && die "cannot start $name: 127.0.0.1:$port is already in use (another cluster with a different DUALSCHED_CLUSTER_DIR? change the DUALSCHED_*_PORT variables)"
   done
-  log "starting $name"
-  setsid nohup "$@" >"$DIR/logs/$name.log" 2>&1 < /dev/null &
-  echo $! >"$DIR/pids/$name.pid"
+  start_daemon "$name" "$@"
 }
 
 # ------------------------------------------------------------------ PKI
@@ -282,11 +265,11 @@ nodes_ready() {
 # ------------------------------------------------------------------ commands
 cmd_up() {
   local nodes_file="${1:-$HERE/kwok/dev-nodes.yaml}"
-  if [ "$nodes_file" = none ]; then COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler); fi
+  if [ "$nodes_file" = none ]; then DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler); fi
   [ "$nodes_file" = none ] || [ -f "$nodes_file" ] || die "nodes file not found: $nodes_file"
   local t0; t0=$(date +%s)
   local all=1 c
-  for c in "${COMPONENTS[@]}"; do pid_alive "$c" || all=0; done
+  for c in "${DAEMONS[@]}"; do pid_alive "$c" || all=0; done
   if [ $all = 1 ] && api_healthy; then
     log "cluster already running in $DIR"
   fi
@@ -361,32 +344,21 @@ cmd_up() {
   wait_for 120 "nodes Ready ($(cat "$DIR/nodes.txt"))" nodes_ready
   wait_for 120 "default service account" sa_ready
   ensure_local_pvs
-  for c in "${COMPONENTS[@]}"; do pid_alive "$c" || die "$c exited; see $DIR/logs/$c.log"; done
+  for c in "${DAEMONS[@]}"; do pid_alive "$c" || die "$c exited; see $DIR/logs/$c.log"; done
   log "up in $(( $(date +%s) - t0 ))s: https://127.0.0.1:$API_PORT, nodes Ready: $(cat "$DIR/nodes.txt")"
   log "export KUBECONFIG=$KUBECONFIG_FILE"
 }
 
 cmd_down() {
-  local c pid
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    c=${COMPONENTS[$i]}
-    [ -f "$DIR/pids/$c.pid" ] || continue
-    pid=$(cat "$DIR/pids/$c.pid")
-    if kill -0 "$pid" 2>/dev/null; then
-      log "stopping $c (pid $pid)"
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$DIR/pids/$c.pid"
-  done
+  local i
+  for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do stop_daemon "${DAEMONS[$i]}"; done
   if [ -d "$DIR" ]; then log "removing $DIR"; rm -rf "$DIR"; fi
   log "down"
 }
 
 cmd_status() {
   local c rc=0
-  for c in "${COMPONENTS[@]}"; do
+  for c in "${DAEMONS[@]}"; do
     # a cluster started with `up none` has no KWOK
     if [ "$c" = kwok ] && [ ! -f "$DIR/pids/kwok.pid" ]; then continue; fi
     if pid_alive "$c"; then log "$c: running (pid $(cat "$DIR/pids/$c.pid"))"; else log "$c: not running"; rc=1; fi

@@ -45,6 +45,8 @@ DAEMONS=(containerd kubelet gpu-device-plugin-double kube-proxy coredns)
 
 log() { echo "[node] $*"; }
 die() { echo "[node] ERROR: $*" >&2; exit 1; }
+# shellcheck source=daemons.sh
+source "$HERE/daemons.sh"
 
 bin_of() { # bin_of TOOL VERSION
   local b="$TOOLS_CACHE/$1-$2/bin/$1"
@@ -52,31 +54,7 @@ bin_of() { # bin_of TOOL VERSION
   echo "$b"
 }
 kc() { "$(bin_of kubectl "$KUBERNETES_VERSION")" --kubeconfig "$CLUSTER_DIR/kubeconfig" "$@"; }
-pid_alive() { local f="$DIR/pids/$1.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
 host_ip() { ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'; }
-
-wait_for() { # wait_for SECONDS DESCRIPTION CMD...   (fails fast if a daemon died)
-  local secs=$1 what=$2; shift 2
-  local end=$(( $(date +%s) + secs )) d
-  until "$@"; do
-    for d in "${DAEMONS[@]}"; do
-      if [ -f "$DIR/pids/$d.pid" ] && ! pid_alive "$d"; then
-        tail -n 20 "$DIR/logs/$d.log" >&2 || true
-        die "$d exited while waiting for $what (log: $DIR/logs/$d.log)"
-      fi
-    done
-    [ "$(date +%s)" -lt "$end" ] || die "timed out after ${secs}s waiting for $what (logs: $DIR/logs)"
-    sleep 1
-  done
-}
-
-start_daemon() { # start_daemon NAME CMD...
-  local name=$1; shift
-  if pid_alive "$name"; then log "$name already running (pid $(cat "$DIR/pids/$name.pid"))"; return; fi
-  log "starting $name"
-  setsid nohup "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$DIR/pids/$name.pid"
-}
 
 install_debs() {
   local missing=() p
@@ -347,19 +325,6 @@ cmd_up() {
   wait_for 60 "nvidia.com/gpu=$GPUS allocatable on $NODE (device plugin double)" node_has_gpus
   wait_for 60 "cluster DNS on $DNS_IP" dns_answers
   log "up in $(( $(date +%s) - t0 ))s: node $NODE Ready, $GPUS GPUs (double), DNS $DNS_IP, pods on $POD_CIDR"
-}
-
-stop_daemon() {
-  local name=$1 pid
-  [ -f "$DIR/pids/$name.pid" ] || return 0
-  pid=$(cat "$DIR/pids/$name.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$DIR/pids/$name.pid"
 }
 
 cmd_down() {
