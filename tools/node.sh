@@ -291,6 +291,9 @@ claim_machine() {
     if [ -f "$other/node/pids/kubelet.pid" ] && kill -0 "$(cat "$other/node/pids/kubelet.pid")" 2>/dev/null; then
       die "a real node of $other already runs on this machine (one per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
     fi
+    # its processes are gone (killed, machine restarted) but its mounts, network and cgroups may not be
+    log "cleaning up after the stopped node of $other"
+    DUALSCHED_CLUSTER_DIR="$other" "$HERE/node.sh" down
   fi
   echo "$CLUSTER_DIR" >"$OWNER_DIR/owner"
 }
