@@ -266,6 +266,8 @@ def slurmd_memory_adds_up(config: StackConfig) -> Iterator[Problem]:
             yield Problem(
                 f"pools[{index}].memSpecLimitMb", f"leaves jobs no memory of realMemoryMb ({pool.real_memory_mb})", pool.mem_spec_limit_mb
             )
+        elif pool.job_shm_bytes < 2**20:
+            yield Problem(f"pools[{index}].jobShmSize", "must be at least 1Mi (a size limit of 0 means none)", pool.job_shm_size)
         elif pool.job_shm_bytes > job_memory_mb * 2**20:
             yield Problem(
                 f"pools[{index}].jobShmSize",

@@ -322,6 +322,8 @@ INVALID = [
     Invalid("mem-spec-limit-above-real-memory", "prod", {"pools[2].memSpecLimitMb": 1000000},
             "pools[2].memSpecLimitMb", "leaves jobs no memory"),
     Invalid("mem-spec-limit-negative", "dev", {"pools[0].memSpecLimitMb": -1}, "pools[0].memSpecLimitMb"),
+    Invalid("job-shm-below-one-mebibyte", "dev", {"pools[0].jobShmSize": "512Ki"},
+            "pools[0].jobShmSize", "must be at least 1Mi"),
     Invalid("job-shm-larger-than-job-memory", "dev", {"pools[0].jobShmSize": "200Gi"},
             "pools[0].jobShmSize", "exceeds the memory jobs get (realMemoryMb - memSpecLimitMb = 126976 MiB)"),
     Invalid("job-shm-just-above-job-memory", "dev", {"pools[0].memSpecLimitMb": 64000, "pools[0].jobShmSize": "64001Mi"},

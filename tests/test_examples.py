@@ -37,7 +37,7 @@ def test_slurm_only_program_wires_users_and_the_restart_hash():
         volumes = {v["name"]: v for v in workload.manifest["spec"]["template"]["spec"]["volumes"]}
         assert volumes["identity"]["configMap"] == {"name": identity.name}, workload.name
     annotations = render.one("StatefulSet").manifest["spec"]["template"]["metadata"]["annotations"]
-    assert list(annotations) == ["dualsched.io/slurm-restart-hash"]
+    assert sorted(annotations) == ["dualsched.io/slurm-restart-hash", "dualsched.io/users-hash"]
 
 
 def test_sbatch_job_submits_through_the_submission_namespace():

@@ -336,7 +336,7 @@ cmd_down() {
   stop_daemon coredns; stop_daemon kube-proxy; stop_daemon gpu-device-plugin-double; stop_daemon kubelet
   if containerd_ready; then
     # every pod sandbox of this node, so their network namespaces and mounts go too
-    for id in $(crictl_ids); do
+    for id in $(container_task_ids); do
       ctr --address "$sock" -n k8s.io tasks kill -s KILL "$id" >/dev/null 2>&1 || true
     done
   fi
@@ -367,7 +367,7 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
   log "down"
 }
 
-crictl_ids() { ctr --address "$DIR/containerd/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null || true; }
+container_task_ids() { ctr --address "$DIR/containerd/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null || true; }
 
 cmd_status() {
   local d rc=0
