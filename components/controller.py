@@ -31,6 +31,8 @@ from components.slurm_config import CONFIG_DIR
 from components.slurm_files import CONTROLLER_SERVICE, Site
 from config.models import StackConfig
 
+SLURM_CONF = f"{CONFIG_DIR}/slurm.conf"
+SLURM_CONF_ENV = k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=SLURM_CONF)
 CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 """On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""
 RECONFIGURE_INTERVAL = 10
@@ -46,6 +48,48 @@ RECONFIGURE_LOOP = (
     'scontrol reconfigure && seen="$now"; '
     "done"
 )
+
+
+def slurm_client(
+    name: str,
+    image: str,
+    command: list[str],
+    probe: Optional[k8s.core.v1.ProbeArgs] = None,
+    extra_mounts: tuple[k8s.core.v1.VolumeMountArgs, ...] = (),
+) -> k8s.core.v1.ContainerArgs:
+    """A small container of Slurm client commands beside slurmctld, as SlurmUser with its munge socket."""
+    return k8s.core.v1.ContainerArgs(
+        name=name,
+        image=image,
+        command=command,
+        env=[SLURM_CONF_ENV],
+        liveness_probe=probe,
+        readiness_probe=probe,
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "10m", "memory": "16Mi"}, limits={"cpu": "100m", "memory": "64Mi"}
+        ),
+        volume_mounts=[
+            mount("slurm-config", CONFIG_DIR, read_only=True),
+            *extra_mounts,
+            munge_socket_mount(),
+            *identity_mounts(),
+        ],
+        security_context=locked_down(run_as_user=SLURM_UID),
+    )
+
+
+def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
+    """With no saved state, slurmctld exits unless slurmdbd answers ("no TRES from the database"): on
+    a fresh cluster, wait for it here instead of crash-looping. With saved state slurmctld starts
+    at once and queues accounting records while slurmdbd is away, so this waits for nothing."""
+    script = (
+        f"[ -e {site.state_save_location}/node_state ] && exit 0; "
+        "until sacctmgr --noheader --immediate show cluster format=cluster >/dev/null 2>&1; do "
+        'echo "waiting for slurmdbd"; sleep 3; done'
+    )
+    return slurm_client(
+        "wait-for-accounting", image, ["sh", "-c", script], extra_mounts=(mount("state", site.state_save_location),)
+    )
 
 
 @dataclass(frozen=True)
@@ -125,19 +169,20 @@ class SlurmController(pulumi.ComponentResource):
     @staticmethod
     def _pod_spec(args: SlurmControllerArgs, state_claim: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:
         config, site = args.config, args.site
-        slurm_conf = f"{CONFIG_DIR}/slurm.conf"
-        slurm_env = [k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=slurm_conf)]
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
             affinity=off_gpu_pools(config.placement.pool_label),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
-            init_containers=[munged_sidecar(config.images.slurmd)],
+            init_containers=[
+                munged_sidecar(config.images.slurmd),
+                *([wait_for_accounting(config.images.slurmctld, site)] if config.slurm.accounting.enabled else []),
+            ],
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="slurmctld",
                     image=config.images.slurmctld,
-                    command=["slurmctld", "-D", "-f", slurm_conf],
-                    env=slurm_env,
+                    command=["slurmctld", "-D", "-f", SLURM_CONF],
+                    env=[SLURM_CONF_ENV],
                     ports=[k8s.core.v1.ContainerPortArgs(name="slurmctld", container_port=site.slurmctld_port)],
                     resources=requirements(config.slurm.controller.resources),
                     startup_probe=tcp_probe(site.slurmctld_port, period=5, failures=60),
@@ -153,23 +198,12 @@ class SlurmController(pulumi.ComponentResource):
                     ],
                     security_context=locked_down(run_as_user=SLURM_UID),
                 ),
-                k8s.core.v1.ContainerArgs(
-                    name="reconfigure",
-                    image=config.images.slurmctld,
-                    command=["sh", "-c", RECONFIGURE_LOOP],
-                    env=slurm_env,
+                slurm_client(
+                    "reconfigure",
+                    config.images.slurmctld,
+                    ["sh", "-c", RECONFIGURE_LOOP],
                     # alive while it can read what it watches
-                    liveness_probe=exec_probe(["test", "-r", slurm_conf], period=30),
-                    readiness_probe=exec_probe(["test", "-r", slurm_conf], period=30),
-                    resources=k8s.core.v1.ResourceRequirementsArgs(
-                        requests={"cpu": "10m", "memory": "16Mi"}, limits={"cpu": "100m", "memory": "64Mi"}
-                    ),
-                    volume_mounts=[
-                        mount("slurm-config", CONFIG_DIR, read_only=True),
-                        munge_socket_mount(),
-                        *identity_mounts(),
-                    ],
-                    security_context=locked_down(run_as_user=SLURM_UID),
+                    probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                 ),
             ],
             volumes=[

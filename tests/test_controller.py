@@ -293,3 +293,38 @@ def test_control_daemons_prefer_nodes_outside_the_gpu_pools(stack):
                 "preference": {"matchExpressions": [{"key": "dualsched.io/pool", "operator": "DoesNotExist"}]},
             }
         ], workload.name
+
+
+def test_a_fresh_controller_waits_for_slurmdbd_instead_of_crash_looping(tmp_path):
+    rendered = render_stack("dev")
+    init = {c["name"]: c for c in pod_spec(_statefulset(rendered))["initContainers"]}
+    assert list(init) == ["munged", "wait-for-accounting"]
+    wait = init["wait-for-accounting"]
+    script = wait["command"][2]
+    assert wait["command"][:2] == ["sh", "-c"] and "sacctmgr" in script
+    assert wait["securityContext"]["runAsUser"] == SLURM_UID and "restartPolicy" not in wait
+    assert set(mounts(wait)) == {"/etc/slurm", "/var/spool/slurmctld", "/run/munge", "/etc/passwd", "/etc/group"}
+    # the script itself: with saved state it returns at once; without, it waits until sacctmgr answers
+    state = tmp_path / "state"
+    state.mkdir()
+    answers = tmp_path / "answers"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sacctmgr").write_text(f'#!/bin/sh\necho called >> {tmp_path}/calls\n[ -e {answers} ]\n')
+    (fake / "sacctmgr").chmod(0o755)
+    local = script.replace("/var/spool/slurmctld", str(state)).replace("sleep 3", "sleep 0.1")
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    (state / "node_state").touch()
+    assert subprocess.run(["sh", "-c", local], env=env, timeout=10).returncode == 0
+    assert not (tmp_path / "calls").exists()
+    (state / "node_state").unlink()
+    waiting = subprocess.Popen(["sh", "-c", local], env=env, stdout=subprocess.PIPE)
+    time.sleep(0.5)
+    assert waiting.poll() is None  # slurmdbd not answering: still waiting
+    answers.touch()
+    assert waiting.wait(timeout=10) == 0
+
+
+def test_without_accounting_the_controller_waits_for_nothing():
+    rendered = render_raw(variant("dev", lambda raw: raw["slurm"].update(accounting={"enabled": False})))
+    assert [c["name"] for c in pod_spec(_statefulset(rendered))["initContainers"]] == ["munged"]

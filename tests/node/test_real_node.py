@@ -131,6 +131,9 @@ def test_every_pod_of_the_stack_runs_and_is_ready_on_the_real_node(cluster):
     assert any(name.startswith("dualsched-slurmd-gpu") for name in running)
     assert any(name.startswith("dualsched-accounting-slurmdbd") for name in running)
     assert any(name.startswith("dualsched-tiny") for name in running)
+    # a fresh controller waits for slurmdbd (wait-for-accounting) instead of crash-looping
+    controller = {s["name"]: s for s in running["slurmctld-0"]["status"]["containerStatuses"]}
+    assert controller["slurmctld"]["restartCount"] == 0, controller["slurmctld"]
     for name, pod in running.items():
         assert pod["spec"]["nodeName"] == NODE, name
         for status in pod["status"]["containerStatuses"]:
