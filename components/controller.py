@@ -27,12 +27,10 @@ from components.common import (
 from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import SLURMCTLD_PORT
-from components.slurm_config import CONFIG_DIR
+from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
 from components.slurm_files import CONTROLLER_SERVICE, Site
 from config.models import StackConfig
 
-SLURM_CONF = f"{CONFIG_DIR}/slurm.conf"
-SLURM_CONF_ENV = k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=SLURM_CONF)
 CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 """On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""
 RECONFIGURE_INTERVAL = 10

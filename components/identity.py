@@ -16,12 +16,9 @@ import pulumi_kubernetes as k8s
 
 from components.common import child, config_map_volume, labels, meta, mount
 from components.slurm_files import config_hash
-from config.models import SlurmUser, StackConfig
+from config.models import NOBODY_UID, SLURM_UID, SlurmUser, StackConfig
 
-SLURM_UID = 401
-"""SlurmUser's uid (SchedMD's images use it too); files on the state claim belong to it."""
 SLURM_USER = "slurm"
-NOBODY_UID = 65534
 USERS_HASH_ANNOTATION = "dualsched.io/users-hash"
 VOLUME = "identity"
 # ConfigMap keys -> the files they replace (keys without "passwd": it holds no secret, only names and ids).

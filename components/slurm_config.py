@@ -14,6 +14,9 @@ from components.slurm_files import Site, config_hash, render_slurm_files, restar
 from config.models import StackConfig
 
 CONFIG_DIR = "/etc/slurm"
+SLURM_CONF = f"{CONFIG_DIR}/slurm.conf"
+SLURM_CONF_ENV = k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=SLURM_CONF)
+"""Where clients and slurmctld read the mounted slurm.conf."""
 CONFIG_MAP_NAME = "slurm-config"
 
 

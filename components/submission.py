@@ -19,7 +19,7 @@ from components.compute import SHARED_MOUNT
 from components.identity import identity_mounts, identity_volume
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import pod_security_labels
-from components.slurm_config import CONFIG_DIR
+from components.slurm_config import CONFIG_DIR, SLURM_CONF_ENV
 from config.models import SlurmUser, StackConfig
 
 
@@ -87,7 +87,7 @@ class JobSubmission(pulumi.ComponentResource):
                     name="sbatch",
                     image=self.images.slurmd,
                     command=["sbatch", "--wait", *sbatch_args, f"{SHARED_MOUNT}/{script}"],
-                    env=[k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=f"{CONFIG_DIR}/slurm.conf")],
+                    env=[SLURM_CONF_ENV],
                     working_dir=SHARED_MOUNT,
                     resources=k8s.core.v1.ResourceRequirementsArgs(
                         requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "500m", "memory": "256Mi"}

@@ -20,6 +20,7 @@ from config.models import (
     StorageType,
     Taint,
     Toleration,
+    SYSTEM_ACCOUNTS,
 )
 from config.quantities import parse_quantity
 from config.types import image_is_pinned, is_dns_label
@@ -276,22 +277,20 @@ def slurmd_memory_adds_up(config: StackConfig) -> Iterator[Problem]:
             )
 
 
-# Accounts every Slurm pod's passwd file already holds (components/identity.py).
-SYSTEM_USERS = ("root", "slurm", "nobody")
-SYSTEM_IDS = (0, 401, 65534)
 
 
 def users_are_distinct(config: StackConfig) -> Iterator[Problem]:
     users = config.slurm.users
     names, uids = _duplicates([user.name for user in users]), _duplicates([str(user.uid) for user in users])
     for index, user in enumerate(users):
-        if user.name in SYSTEM_USERS:
-            yield Problem(f"slurm.users[{index}].name", f"is a system account ({', '.join(SYSTEM_USERS)})", user.name)
+        if user.name in SYSTEM_ACCOUNTS:
+            yield Problem(f"slurm.users[{index}].name", f"is a system account ({', '.join(SYSTEM_ACCOUNTS)})", user.name)
         elif user.name in names:
             yield Problem(f"slurm.users[{index}].name", "name is used more than once", user.name)
-        if user.uid in SYSTEM_IDS or user.group_id in SYSTEM_IDS:
-            which = "uid" if user.uid in SYSTEM_IDS else "gid"
-            yield Problem(f"slurm.users[{index}].{which}", f"is a system account's id ({', '.join(map(str, SYSTEM_IDS))})",
+        system_ids = SYSTEM_ACCOUNTS.values()
+        if user.uid in system_ids or user.group_id in system_ids:
+            which = "uid" if user.uid in system_ids else "gid"
+            yield Problem(f"slurm.users[{index}].{which}", f"is a system account's id ({', '.join(map(str, system_ids))})",
                           user.uid if which == "uid" else user.group_id)
         elif str(user.uid) in uids:
             yield Problem(f"slurm.users[{index}].uid", "uid is used more than once", user.uid)

@@ -363,6 +363,13 @@ class Accounting(Model):
     """slurmdbd container resources."""
 
 
+SLURM_UID = 401
+"""SlurmUser's uid (SchedMD's images use it too); files on the state claim belong to it."""
+NOBODY_UID = 65534
+SYSTEM_ACCOUNTS = {"root": 0, "slurm": SLURM_UID, "nobody": NOBODY_UID}
+"""Accounts every Slurm pod's passwd file holds besides slurm.users (components/identity.py)."""
+
+
 class SlurmUser(Model):
     """A user jobs run as, known to every Slurm pod through the passwd and group files dualsched renders."""
 

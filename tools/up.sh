@@ -114,32 +114,8 @@ case "$ACTION" in
     exit 0 ;;
 esac
 
-# A hostPath "shared file system" (the local stack) is a directory of this machine: make it as a
-# file server would hold it, a jobs directory and the model directories owned by the first job
-# user, each model with a first version for the server to load before any training ran.
-if [ "$ACTION" = up ]; then
-  "$VENV/bin/python" - "$ROOT" "$ROOT/Pulumi.$STACK.yaml" <<'PY'
-import os, sys
-sys.path.insert(0, sys.argv[1])
-from config import load_stack_file
-from config.models import StorageType
-config = load_stack_file(sys.argv[2])
-if config.storage.type is StorageType.HOST_PATH:
-    base = config.storage.host_path.path
-    owner = config.slurm.users[0] if config.slurm.users else None
-    models = os.path.join(base, config.storage.models_path)
-    for path in [os.path.join(base, "jobs"), models, *(os.path.join(models, m.path) for m in config.inference.models)]:
-        os.makedirs(path, exist_ok=True)
-        if owner:
-            os.chown(path, owner.uid, owner.group_id)
-    for model in config.inference.models:
-        seed = os.path.join(models, model.path, "config.json")
-        if not os.listdir(os.path.dirname(seed)):
-            with open(seed, "w") as out:
-                out.write('{"model_type": "stand-in", "version": 0}\n')
-    print(f"[up] shared directory {base} ready (jobs/, {config.storage.models_path}/)")
-PY
-fi
+# A hostPath "shared file system" (the local stack) is a directory of this machine: prepare it.
+"$VENV/bin/python" "$HERE/seed_shared.py" "$ROOT/Pulumi.$STACK.yaml"
 
 # --refresh: the stack state may describe an earlier cluster (tools/cluster.sh down + up);
 # refreshing first makes the update recreate what is gone instead of trusting stale state.

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-# The node tier drives the engine exactly as the e2e tier does: share its helpers.
+# The node tier drives the engine exactly as the e2e tier does: share its helpers; and it prepares
+# its shared directory with the tool `make up` uses.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
+from config.loader import parse_stack_config  # noqa: E402
 from e2e_support import TOOLS, World, raw_config  # noqa: E402
+from seed_shared import seed_shared  # noqa: E402
 
 JOB_USER_UID = 2001
 """alice, the local stack's job user: owns the job and model directories on the shared file system."""
@@ -24,20 +27,17 @@ class NodeWorld(World):
 
 
 def shared_directory() -> Path:
-    """The hostPath "shared file system": world-traversable (job users and the model server read it)."""
+    """The hostPath "shared file system" of this session, prepared as `make up` prepares the local stack's."""
     path = Path(tempfile.mkdtemp(prefix="dualsched-shared-", dir="/var/tmp"))
-    path.chmod(0o755)
-    for sub in ("jobs", "models/tiny"):
-        (path / sub).mkdir(parents=True)
-    # the model inference serves before any training run (as a model already on the NFS would be)
-    (path / "models/tiny/config.json").write_text('{"model_type": "stand-in", "version": 0}\n')
-    for sub in ("jobs", "models", "models/tiny", "models/tiny/config.json"):
-        os.chown(path / sub, JOB_USER_UID, JOB_USER_UID)
+    seed_shared(parse_stack_config(with_shared_path(raw_config("local"), path), "Pulumi.local.yaml"))
     return path
+
+
+def with_shared_path(config: dict, path: Path) -> dict:
+    config["storage"]["hostPath"]["path"] = str(path)
+    return config
 
 
 def local_config(world: NodeWorld) -> dict:
     """The checkout's local stack, its shared directory in this session's temp dir."""
-    config = raw_config("local")
-    config["storage"]["hostPath"]["path"] = str(world.shared)
-    return config
+    return with_shared_path(raw_config("local"), world.shared)
