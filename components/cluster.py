@@ -15,10 +15,12 @@ from components.inference import InferenceNamespace, ModelServer, ModelServerArg
 from components.munge import MungeKey, MungeKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from components.nodepools import GpuNodePool, GpuNodePoolArgs
-from components.slurm_config import SlurmConfig, SlurmConfigArgs
+from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from components.slurm_files import kubernetes_site
 from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
+from components.slurmrestd import SlurmRestApi, SlurmRestApiArgs
 from components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
+from components.tokens import JwtKey, JwtKeyArgs, TokenMinter, TokenMinterArgs
 from config.models import StackConfig
 
 SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
@@ -32,24 +34,26 @@ class DualScheduledCluster(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, config: StackConfig, opts: Optional[pulumi.ResourceOptions] = None):
+        # Registered first, beside the cluster: every child waits for this component, which waits for
+        # the lock, so a refused ClusterName change (see cluster_name_lock) touches no object at all.
+        lock = cluster_name_lock(name, config.slurm.cluster_name, pulumi.ResourceOptions(parent=opts.parent if opts else None))
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[lock]))
         super().__init__("dualsched:cluster:DualScheduledCluster", name, None, opts)
         site = kubernetes_site(config)
         protect = config.protect_state
         serving = config.inference.enabled and bool(config.inference.models)
 
         namespaces = {
-            SLURM: SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config.slurm, protect), opts=child(self)).name
+            SLURM: SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config, protect), opts=child(self)).name
         }
         if serving:
             namespaces[INFERENCE] = InferenceNamespace(f"{name}-inference", config.inference, opts=child(self)).name
         if config.submission.enabled:
             namespaces[JOBS] = JobSubmissionNamespace(f"{name}-jobs", config, opts=child(self)).name
 
-        munge = MungeKey(
-            f"{name}-munge",
-            MungeKeyArgs({key: ns for key, ns in namespaces.items() if key != INFERENCE}),
-            opts=child(self),
-        )
+        # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
+        munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: namespaces[SLURM]}), opts=child(self))
+        jwt_key = JwtKey(f"{name}-jwt-key", JwtKeyArgs(namespaces[SLURM], config.slurm.cluster_name), opts=child(self))
         # Who jobs run as: every namespace that runs Slurm code resolves users the same way.
         users = UserDirectory(
             f"{name}-users",
@@ -61,7 +65,8 @@ class DualScheduledCluster(pulumi.ComponentResource):
             f"{name}-shared",
             SharedStorageVolumesArgs(
                 config.storage,
-                {key: StorageConsumer(ns, read_only=key == INFERENCE) for key, ns in namespaces.items()},
+                # Jobs reach the shared file system through Slurm, as their user; the submitting pod needs none.
+                {key: StorageConsumer(ns, read_only=key == INFERENCE) for key, ns in namespaces.items() if key != JOBS},
                 protect,
             ),
             opts=child(self),
@@ -83,6 +88,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 slurm_config.restart_hash,
                 munge.secret_names[SLURM],
                 users.config_map_names[SLURM],
+                jwt_key.secret_name,
             ),
             # the ConfigMap exists before slurmctld mounts it (by its fixed name)
             opts=child(self, depends_on=[slurm_config]),
@@ -119,16 +125,17 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 )
                 endpoints[model.name] = server.endpoint
         if config.submission.enabled:
+            minter = TokenMinter(
+                f"{name}-token-minter", TokenMinterArgs(config, namespaces[SLURM], jwt_key.secret_name), opts=child(self)
+            )
+            SlurmRestApi(
+                f"{name}-slurmrestd",
+                SlurmRestApiArgs(config, namespaces[SLURM], slurm_config.config_map_name, users.config_map_names[SLURM]),
+                opts=child(self, depends_on=[slurm_config]),
+            )
             self.submission = JobSubmission(
                 f"{name}-submission",
-                JobSubmissionArgs(
-                    config,
-                    namespaces[JOBS],
-                    slurm_config.files,
-                    munge.secret_names[JOBS],
-                    users.config_map_names[JOBS],
-                    storage.claim_names[JOBS],
-                ),
+                JobSubmissionArgs(config, namespaces[JOBS], slurm_config.files, users.config_map_names[JOBS], minter.url),
                 opts=child(self),
             )
 

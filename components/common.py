@@ -130,3 +130,32 @@ def exec_probe(command: list[str], period: int = 10, failures: int = 3, timeout:
         failure_threshold=failures,
         timeout_seconds=timeout,
     )
+
+
+def deployment_with_service(
+    parent: pulumi.Resource,
+    name: str,
+    namespace: pulumi.Input[str],
+    pod_labels: dict[str, str],
+    pod_spec: k8s.core.v1.PodSpecArgs,
+    service_name: str,
+    port: int,
+) -> pulumi.Output[str]:
+    """One replica of a stateless HTTP server and a Service named for in-cluster DNS; its URL."""
+    k8s.apps.v1.Deployment(
+        name,
+        metadata=meta(namespace=namespace, labels=pod_labels),
+        spec=k8s.apps.v1.DeploymentSpecArgs(
+            replicas=1,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
+            template=k8s.core.v1.PodTemplateSpecArgs(metadata=meta(labels=pod_labels), spec=pod_spec),
+        ),
+        opts=child(parent),
+    )
+    service = k8s.core.v1.Service(
+        name,
+        metadata=meta(name=service_name, namespace=namespace, labels=pod_labels),
+        spec=k8s.core.v1.ServiceSpecArgs(selector=pod_labels, ports=[k8s.core.v1.ServicePortArgs(name="http", port=port)]),
+        opts=child(parent),
+    )
+    return pulumi.Output.concat("http://", service.metadata.name, ".", service.metadata.namespace, f".svc.cluster.local:{port}")

@@ -48,6 +48,13 @@ def slurmd_resources(pool: NodePool) -> dict[str, str]:
     return {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", **gpus}
 
 
+def slurmd_selector(pool: NodePool) -> dict[str, str]:
+    """The DaemonSet's selector. Kubernetes never changes a selector in place: a new one replaces the
+    DaemonSet, deleting every slurmd pod and the jobs running in them. So it holds only what names
+    the pool, never the configurable pool label key or the cluster name."""
+    return labels("slurmd", pool.name)
+
+
 def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
     """Jobs run in the slurmd container: its /dev/shm is theirs (the runtime's default is 64 MiB)."""
     return k8s.core.v1.VolumeArgs(
@@ -67,12 +74,13 @@ class ComputePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: ComputePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:compute:ComputePool", name, None, opts)
         config, pool, site = args.config, args.pool, args.site
-        pod_labels = {**labels("slurmd", config.slurm.cluster_name), config.placement.pool_label: pool.name}
+        selector = slurmd_selector(pool)
+        pod_labels = {**selector, config.placement.pool_label: pool.name}
         daemonset = k8s.apps.v1.DaemonSet(
             name,
             metadata=meta(namespace=args.namespace, labels=pod_labels),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="OnDelete"),
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=meta(labels=pod_labels, annotations=users_annotation(config)),

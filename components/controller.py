@@ -26,6 +26,7 @@ from components.common import (
 )
 from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from components.tokens import jwt_key_mount, jwt_key_volume
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
 from components.slurm_files import CONTROLLER_SERVICE, Site
@@ -99,6 +100,7 @@ class SlurmControllerArgs:
     restart_hash: str
     munge_secret_name: pulumi.Input[str]
     identity_config_map_name: pulumi.Input[str]
+    jwt_key_secret_name: pulumi.Input[str]
 
 
 class SlurmController(pulumi.ComponentResource):
@@ -192,6 +194,7 @@ class SlurmController(pulumi.ComponentResource):
                         mount("run", site.run_dir),
                         mount("tmp", "/tmp"),
                         munge_socket_mount(),
+                        jwt_key_mount(),
                         *identity_mounts(),
                     ],
                     security_context=locked_down(run_as_user=SLURM_UID),
@@ -210,6 +213,7 @@ class SlurmController(pulumi.ComponentResource):
                 empty_dir("run"),
                 empty_dir("tmp"),
                 *munge_volumes(args.munge_secret_name),
+                jwt_key_volume(args.jwt_key_secret_name),
                 identity_volume(args.identity_config_map_name),
             ],
         )

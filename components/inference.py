@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
-from components.namespace import pod_security_labels
+from components.namespace import inference_policies, network_policies, pod_security_labels
 from config.models import Inference, InferenceModel, InferenceServer, StackConfig
 
 HTTP_PORT = 8000
@@ -62,19 +62,21 @@ def http_probe(path: str, period: int, failures: int) -> k8s.core.v1.ProbeArgs:
 
 
 class InferenceNamespace(pulumi.ComponentResource):
-    """The inference Namespace (restricted or baseline Pod Security)."""
+    """The inference Namespace (restricted or baseline Pod Security) and its NetworkPolicies."""
 
     name: pulumi.Output[str]
 
     def __init__(self, name: str, inference: Inference, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:inference:InferenceNamespace", name, None, opts)
         level = inference.pod_security.value
+        namespace_labels = labels("inference", name)
         namespace = k8s.core.v1.Namespace(
             name,
-            metadata=meta(name=inference.namespace, labels={**labels("inference", name), **pod_security_labels(level, level)}),
+            metadata=meta(name=inference.namespace, labels={**namespace_labels, **pod_security_labels(level, level)}),
             opts=child(self),
         )
         self.name = namespace.metadata.name
+        network_policies(self, name, self.name, namespace_labels, inference_policies(inference, HTTP_PORT))
         self.register_outputs({"name": self.name})
 
 

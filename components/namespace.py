@@ -1,22 +1,36 @@
-"""The Slurm namespace: Pod Security labels, default-deny network policy and Slurm's allow rules."""
+"""The Slurm namespace, and the NetworkPolicies of every namespace the stack creates.
+
+Each namespace denies all traffic except DNS, then allows what its pods need, named as narrowly as
+the peers allow: pods by their ``app.kubernetes.io/name``, other namespaces by
+``kubernetes.io/metadata.name``, and the nodes (slurmd runs on the host network) and the API server
+by address (``network.nodeCidrs``, ``network.apiServerCidrs``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child, labels, meta, resource_list, stateful
-from config.models import DatabaseMode, Slurm
+from components.slurmrestd import RESTD, RESTD_PORT
+from components.tokens import MINTER, MINTER_PORT
+from config.models import DatabaseMode, Inference, StackConfig
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
 MYSQL_PORT = 3306
 DNS_PORT = 53
+NAME_LABEL = "app.kubernetes.io/name"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace (immutable since 1.22): the one way to select a namespace by name."""
+
+Spec = k8s.networking.v1.NetworkPolicySpecArgs
+Peer = k8s.networking.v1.NetworkPolicyPeerArgs
 
 
 def pod_security_labels(enforce: str, warn: str) -> dict[str, str]:
@@ -27,26 +41,151 @@ def pod_security_labels(enforce: str, warn: str) -> dict[str, str]:
     }
 
 
-def _peer(component: str) -> k8s.networking.v1.NetworkPolicyPeerArgs:
-    return k8s.networking.v1.NetworkPolicyPeerArgs(
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"app.kubernetes.io/name": component})
-    )
+def _pods(component: str) -> Peer:
+    """Pods of the policy's own namespace with this name label."""
+    return Peer(pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={NAME_LABEL: component}))
+
+
+def _namespace(name: str) -> Peer:
+    """Every pod of the namespace called ``name``."""
+    return Peer(namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={NAMESPACE_LABEL: name}))
+
+
+def _addresses(cidrs: tuple[str, ...]) -> list[Peer]:
+    return [Peer(ip_block=k8s.networking.v1.IPBlockArgs(cidr=cidr)) for cidr in cidrs]
 
 
 def _ports(*numbers: int, protocol: str = "TCP") -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
     return [k8s.networking.v1.NetworkPolicyPortArgs(port=number, protocol=protocol) for number in numbers]
 
 
+def _allow(
+    component: str, ingress: Optional[tuple[list[Peer], int]] = None, egress: Sequence[tuple[Optional[list[Peer]], int]] = ()
+) -> Spec:
+    """Allow ``component``'s pods ingress on one port from ``ingress``'s peers, and egress to each
+    (peers, port); peers None means any address."""
+    return Spec(
+        pod_selector=_pods(component).pod_selector,
+        policy_types=[*(["Ingress"] if ingress else []), *(["Egress"] if egress else [])],
+        ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=ingress[0], ports=_ports(ingress[1]))] if ingress else None,
+        egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=peers, ports=_ports(port)) for peers, port in egress] or None,
+    )
+
+
+def baseline_policies() -> dict[str, Spec]:
+    """Every namespace we create: nothing in or out but DNS. The cluster's resolver may be a pod
+    (kube-dns) or a node-local address, so DNS is allowed by port to any destination."""
+    every_pod = k8s.meta.v1.LabelSelectorArgs()
+    return {
+        "default-deny": Spec(pod_selector=every_pod, policy_types=["Ingress", "Egress"]),
+        "allow-dns": Spec(
+            pod_selector=every_pod,
+            policy_types=["Egress"],
+            egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*_ports(DNS_PORT, protocol="UDP"), *_ports(DNS_PORT)])],
+        ),
+    }
+
+
+def slurm_policies(config: StackConfig) -> dict[str, Spec]:
+    """slurmctld, slurmdbd, MariaDB, and (with submission) slurmrestd and the token minter.
+
+    slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
+    connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
+    slurm, nodes = config.slurm, _addresses(config.network.node_cidrs)
+    accounting = slurm.accounting.enabled
+    in_cluster_db = accounting and slurm.accounting.database is not None and slurm.accounting.database.mode is DatabaseMode.IN_CLUSTER
+    submission = config.submission.enabled
+    # slurmd and client commands on the nodes; the backup controller; slurmdbd's updates; slurmrestd's
+    # calls; and sbatch in the submission namespace's Jobs (authenticated by their tokens)
+    submitters = [_pods(RESTD), _namespace(config.submission.namespace)] if submission else []
+    controller_clients = [*nodes, _pods("slurmctld"), *([_pods("slurmdbd")] if accounting else []), *submitters]
+    policies = {
+        **baseline_policies(),
+        "slurmctld": _allow(
+            "slurmctld",
+            ingress=(controller_clients, SLURMCTLD_PORT),
+            egress=[
+                (nodes, SLURMD_PORT),
+                ([_pods("slurmctld")], SLURMCTLD_PORT),
+                *([([_pods("slurmdbd")], SLURMDBD_PORT)] if accounting else []),
+            ],
+        ),
+    }
+    if accounting:
+        policies["slurmdbd"] = _allow(
+            "slurmdbd",
+            # slurmctld registers and sends job records; sacct and sacctmgr on the nodes query it
+            ingress=([_pods("slurmctld"), *nodes], SLURMDBD_PORT),
+            # an external database's address is not in the config: any address, port 3306 only
+            egress=[([_pods("mariadb")] if in_cluster_db else None, MYSQL_PORT), ([_pods("slurmctld")], SLURMCTLD_PORT)],
+        )
+    if in_cluster_db:
+        policies["mariadb"] = _allow("mariadb", ingress=([_pods("slurmdbd")], MYSQL_PORT))
+    if submission:
+        jobs = _namespace(config.submission.namespace)
+        policies[RESTD] = _allow(
+            RESTD,
+            ingress=([jobs, _namespace(slurm.namespace)], RESTD_PORT),
+            egress=[([_pods("slurmctld")], SLURMCTLD_PORT)],
+        )
+        policies[MINTER] = _allow(
+            MINTER,
+            ingress=([jobs], MINTER_PORT),
+            # policies see the endpoint's address and port, after the `kubernetes` Service's are translated
+            egress=[(_addresses(config.network.api_server), port) for port in config.network.api_server_ports],
+        )
+    return policies
+
+
+def submission_policies(config: StackConfig) -> dict[str, Spec]:
+    """Jobs call slurmctld (sbatch with a token), slurmrestd and the token minter in the Slurm
+    namespace, nothing else; nobody calls them."""
+    slurm = _namespace(config.slurm.namespace)
+
+    def service(component: str, port: int) -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
+        # namespace and pod selector in one peer: those pods of that namespace only
+        peer = Peer(namespace_selector=slurm.namespace_selector, pod_selector=_pods(component).pod_selector)
+        return k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[peer], ports=_ports(port))
+
+    return {
+        **baseline_policies(),
+        "slurm-services": Spec(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(),
+            policy_types=["Egress"],
+            egress=[service("slurmctld", SLURMCTLD_PORT), service(RESTD, RESTD_PORT), service(MINTER, MINTER_PORT)],
+        ),
+    }
+
+
+def inference_policies(inference: Inference, server_port: int) -> dict[str, Spec]:
+    """Clients (the namespace itself and ``inference.clientNamespaces``) reach the model servers'
+    port; the servers call nothing: models come from a volume, never from the network."""
+    clients = [_namespace(name) for name in dict.fromkeys((inference.namespace, *inference.client_namespaces))]
+    return {
+        **baseline_policies(),
+        "model-servers": _allow(inference.server.value, ingress=(clients, server_port)),
+    }
+
+
+def network_policies(parent: pulumi.Resource, name: str, namespace: pulumi.Input[str], policy_labels: dict[str, str], specs: dict[str, Spec]) -> None:
+    """One NetworkPolicy per spec in ``namespace``, children of ``parent`` named ``<name>-<key>``."""
+    for key, spec in specs.items():
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-{key}", metadata=meta(namespace=namespace, labels=policy_labels), spec=spec, opts=child(parent)
+        )
+
+
 @dataclass(frozen=True)
 class SlurmNamespaceArgs:
-    """``protect``: deleting the namespace would delete its claims, so prod protects and keeps it."""
+    """Deleting a namespace deletes every claim in it, so the namespace is kept on delete like the
+    controller state and database claims it holds; ``protect`` (prod) also refuses its deletion."""
 
-    slurm: Slurm
+    config: StackConfig
     protect: bool = False
 
 
 class SlurmNamespace(pulumi.ComponentResource):
-    """Namespace for slurmctld, slurmd, slurmdbd and the accounting database.
+    """Namespace for slurmctld, slurmd, slurmdbd, the accounting database, slurmrestd and the token minter.
 
     Enforces ``privileged`` because slurmd runs here (it manages job cgroups and GPUs);
     audits and warns at ``baseline`` so anything else privileged stands out.
@@ -56,23 +195,15 @@ class SlurmNamespace(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SlurmNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:namespace:SlurmNamespace", name, None, opts)
-        slurm = args.slurm
+        slurm = args.config.slurm
+        namespace_labels = labels("slurm", slurm.cluster_name)
         namespace = k8s.core.v1.Namespace(
             name,
-            metadata=meta(
-                name=slurm.namespace,
-                labels={**labels("slurm", slurm.cluster_name), **pod_security_labels("privileged", "baseline")},
-            ),
-            opts=stateful(self, protect=True) if args.protect else child(self),
+            metadata=meta(name=slurm.namespace, labels={**namespace_labels, **pod_security_labels("privileged", "baseline")}),
+            opts=stateful(self, args.protect),
         )
         self.name = namespace.metadata.name
-        for policy_name, spec in self._policies(slurm).items():
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-{policy_name}",
-                metadata=meta(namespace=self.name, labels=labels("slurm", slurm.cluster_name)),
-                spec=spec,
-                opts=child(self),
-            )
+        network_policies(self, name, self.name, namespace_labels, slurm_policies(args.config))
         if slurm.resource_quota is not None:
             k8s.core.v1.ResourceQuota(
                 f"{name}-quota",
@@ -83,49 +214,3 @@ class SlurmNamespace(pulumi.ComponentResource):
                 opts=child(self),
             )
         self.register_outputs({"name": self.name})
-
-    @staticmethod
-    def _policies(slurm: Slurm) -> dict[str, k8s.networking.v1.NetworkPolicySpecArgs]:
-        anywhere = None  # an absent peer list matches every source or destination
-        policies = {
-            "default-deny": k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(), policy_types=["Ingress", "Egress"]
-            ),
-            "allow-dns": k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=k8s.meta.v1.LabelSelectorArgs(),
-                policy_types=["Egress"],
-                egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*_ports(DNS_PORT, protocol="UDP"), *_ports(DNS_PORT)])],
-            ),
-            # slurmd and submitting clients reach slurmctld from the host network and
-            # other namespaces, which pod selectors cannot name: open the port, not the pod.
-            "slurmctld": k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=_peer("slurmctld").pod_selector,
-                policy_types=["Ingress", "Egress"],
-                ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=anywhere, ports=_ports(SLURMCTLD_PORT))],
-                egress=[
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=anywhere, ports=_ports(SLURMD_PORT)),
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[_peer("slurmdbd")], ports=_ports(SLURMDBD_PORT)),
-                ],
-            ),
-        }
-        if slurm.accounting.enabled:
-            in_cluster = slurm.accounting.database is not None and slurm.accounting.database.mode is DatabaseMode.IN_CLUSTER
-            policies["slurmdbd"] = k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=_peer("slurmdbd").pod_selector,
-                policy_types=["Ingress", "Egress"],
-                # slurmctld registers here; sacct/sacctmgr on nodes and in jobs query it.
-                ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=anywhere, ports=_ports(SLURMDBD_PORT))],
-                egress=[
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                        to=[_peer("mariadb")] if in_cluster else anywhere, ports=_ports(MYSQL_PORT)
-                    ),
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[_peer("slurmctld")], ports=_ports(SLURMCTLD_PORT)),
-                ],
-            )
-            if in_cluster:
-                policies["mariadb"] = k8s.networking.v1.NetworkPolicySpecArgs(
-                    pod_selector=_peer("mariadb").pod_selector,
-                    policy_types=["Ingress"],
-                    ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[_peer("slurmdbd")], ports=_ports(MYSQL_PORT))],
-                )
-        return policies

@@ -70,6 +70,8 @@ class Registration:
     ignore_changes: tuple[str, ...]
     dependencies: tuple[str, ...]
     provider: str
+    inputs: dict[str, Any] = field(default_factory=dict, compare=False)
+    """As the program passed them (a lock's keepers, say); for Kubernetes objects see ``Render.objects``."""
 
     @property
     def parent_type(self) -> str:
@@ -196,6 +198,7 @@ class RenderMonitor(pulumi_mocks.MockMonitor):
                     ignore_changes=tuple(request.ignoreChanges),
                     dependencies=tuple(request.dependencies),
                     provider=request.provider,
+                    inputs=plain(rpc.deserialize_properties(request.object)),
                 )
             )
         return response

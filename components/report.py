@@ -5,9 +5,11 @@
 
 Input is either two offline renders (``python -m components.render``) or the
 output of ``pulumi preview --json``. Each changed object is classified by its
-impact on the running cluster (see :class:`Impact`): config reload, slurmctld
-restart, slurmd pool roll (with the GPU nodes to drain), slurmdbd restart,
-inference rollout, storage replace/delete (DATA RISK), node label/taint change.
+impact on the running cluster (see :class:`Impact`): a refused ClusterName change,
+storage replace/delete (DATA RISK), a replaced workload (every pod deleted at once),
+config reload, slurmctld restart, slurmd pool roll (with the GPU nodes to drain),
+slurmdbd restart, inference rollout, node label/taint change. The first three list
+each object under the headline, with what it does to running jobs and data.
 
 Secrets never reach the report: renders are already redacted; from a preview,
 Secret data/stringData and every secret envelope are replaced on load by opaque
@@ -63,7 +65,9 @@ MIN_SCRUB = 6
 class Impact(Enum):
     """Impact classes, most severe first."""
 
+    CLUSTER_RENAME = "ClusterName change — refused by `pulumi up`"
     DATA_RISK = "Storage replace or delete — DATA RISK"
+    WORKLOAD_REPLACE = "Workload replaced — all its pods deleted at once"
     SLURMD_ROLL = "slurmd pool roll"
     SLURMCTLD_RESTART = "slurmctld restart"
     SLURMDBD_RESTART = "slurmdbd restart"
@@ -74,7 +78,13 @@ class Impact(Enum):
 
     @property
     def icon(self) -> str:
-        return {Impact.DATA_RISK: "🛑", Impact.SLURMD_ROLL: "🔥", Impact.OTHER: "·"}.get(self, "⚠️")
+        if self in HEADLINED:
+            return "🛑"
+        return {Impact.SLURMD_ROLL: "🔥", Impact.OTHER: "·"}.get(self, "⚠️")
+
+
+HEADLINED = (Impact.CLUSTER_RENAME, Impact.DATA_RISK, Impact.WORKLOAD_REPLACE)
+"""Impacts whose every finding is listed under the headline: they lose running jobs or data."""
 
 
 @dataclass(frozen=True)
@@ -457,12 +467,26 @@ def compact(names: Iterable[str]) -> str:
     return hostlist.collect_hostlist(names) if names else "(none)"
 
 
+# What replacing a state claim does, by the app.kubernetes.io/name label of the claim. A replacement
+# is a new, empty claim; the old one is kept (retain_on_delete) but nothing mounts it any more.
+STATE_CLAIM_LOSS = {
+    "slurmctld": "slurmctld restarts on a new, empty state claim: its saved jobs, reservations and node state are gone",
+    "mariadb": "slurmdbd starts on a new, empty database: the accounting history is gone",
+}
+
+
+def _forced_by(change: Change) -> list[str]:
+    reasons = replace_paths(change.kind, change.deltas)
+    return [f"forces replacement: {', '.join(f'`{p}`' for p in reasons)}"] if reasons else []
+
+
 def storage_findings(change: Change, plan: Plan) -> list[Finding]:
     if change.kind not in ("PersistentVolume", "PersistentVolumeClaim"):
         return []
     if change.op in ("replace", "delete"):
-        reasons = replace_paths(change.kind, change.deltas) if change.op == "replace" else []
-        details = [f"forces replacement: {', '.join(f'`{p}`' for p in reasons)}"] if reasons else []
+        details = _forced_by(change) if change.op == "replace" else []
+        claim_of = _labels(change.manifest).get(NAME_LABEL, "") if change.kind == "PersistentVolumeClaim" else ""
+        loss = STATE_CLAIM_LOSS.get(claim_of)
         details.append(
             "the object is deleted and recreated: pods mounting it keep the old volume until restarted, and the "
             "claim/volume binding must be re-established; verify that reclaimPolicy Retain keeps the data"
@@ -471,11 +495,33 @@ def storage_findings(change: Change, plan: Plan) -> list[Finding]:
         )
         if change.protected:
             details.append("the resource is protected: the engine refuses until `protect` is lifted")
-        return [Finding(Impact.DATA_RISK, change, f"**{change.op}** of {change.title}", details)]
+        summary = f"**{change.op}** of {change.title}" + (f": {loss}" if loss and change.op == "replace" else "")
+        return [Finding(Impact.DATA_RISK, change, summary, details)]
     if change.kind == "PersistentVolumeClaim" and change.changed("spec.resources"):
         note = "in-place expansion: the StorageClass must allow it, and a claim never shrinks"
         return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: {note}")]
     return []
+
+
+def _cluster_name(files: Mapping[str, str]) -> Optional[str]:
+    found = re.search(r"^ClusterName=(\S+)", files.get("slurm.conf", ""), re.M)
+    return found.group(1) if found else None
+
+
+def _cluster_rename(change: Change, plan: Plan) -> list[Finding]:
+    """slurmctld refuses state saved under another ClusterName, so the program refuses the rename."""
+    before, after = _cluster_name(plan.files_before), _cluster_name(plan.files_after)
+    if not before or not after or before == after:
+        return []
+    summary = (
+        f"ClusterName `{before}` → `{after}` is refused: `pulumi up` stops at the protected ClusterName lock before "
+        "anything changes; applied, slurmctld would exit on CLUSTER NAME MISMATCH with its saved state"
+    )
+    details = [
+        "a new ClusterName is a new cluster to slurmdbd (the old name's job history stays under the old name)",
+        "to rename on purpose, follow docs/architecture.md, \"Renaming a cluster\"",
+    ]
+    return [Finding(Impact.CLUSTER_RENAME, change, summary, details)]
 
 
 def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
@@ -483,6 +529,7 @@ def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
         return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: sbatch client config, used by Jobs started after the apply")]
     if not is_slurm_config(change.manifest) or change.op not in ("update", "replace"):
         return []
+    renamed = _cluster_rename(change, plan)
     files = sorted({d.path.split(".", 1)[1].split("[")[0] for d in change.deltas if d.path.startswith("data.")})
     details = [f"changed: {', '.join(f'`{f}`' for f in files) or 'data'} (diff below)"]
     details.append(
@@ -491,7 +538,7 @@ def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
     )
     if change.op == "replace":
         details.append("pulumi-kubernetes replaces a ConfigMap whose data changes; slurmctld mounts it by its fixed name")
-    return [Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
+    return [*renamed, Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
 
 
 def _slurmd_finding(change: Change, plan: Plan) -> Finding:
@@ -534,9 +581,31 @@ def _inference_finding(change: Change) -> Finding:
     return Finding(Impact.INFERENCE_ROLLOUT, change, f"rollout of {change.title}", details)
 
 
+def _replace_finding(change: Change, plan: Plan) -> Finding:
+    """An immutable field changed: the engine deletes the workload and creates it again. No rolling
+    update and no OnDelete protect the pods: all of them are deleted with the old object."""
+    role, nodes = _role(change.manifest), []
+    if role == "slurmd":
+        nodes = pool_nodes(change.manifest, plan.nodes_after)
+        what = f"every slurmd pod on `{compact(nodes)}` is deleted: the jobs running there die (drain the nodes first)"
+    elif role == "slurmctld":
+        what = "slurmctld is down until the new pods run; running jobs continue (state is on its claim)"
+    elif role in ("slurmdbd", "mariadb"):
+        what = "accounting is down until the new pod runs; slurmctld queues records meanwhile"
+    elif role in INFERENCE_SERVERS:
+        what = "every replica is deleted at once: the endpoint stops serving until new pods are Ready"
+    else:
+        what = "its pods are deleted and created again"
+    if change.changed("spec.volumeClaimTemplates"):
+        what += "; new pods get new claims, and the data on the old ones is no longer mounted"
+    return Finding(Impact.WORKLOAD_REPLACE, change, f"**replace** of {change.title}: {what}", _forced_by(change), nodes)
+
+
 def workload_findings(change: Change, plan: Plan) -> list[Finding]:
     if change.kind not in ("Deployment", "StatefulSet", "DaemonSet"):
         return []
+    if change.op == "replace":
+        return [_replace_finding(change, plan)]
     role = _role(change.manifest)
     if change.op == "create":
         if role == "slurmd":
@@ -660,12 +729,13 @@ def summary_table(changes: list[Change]) -> list[str]:
     return lines
 
 
-def _headline(findings: list[Finding]) -> str:
+def _headline(findings: list[Finding]) -> list[str]:
+    """One line of impacts, then every finding that loses running jobs or data, each on its own line."""
     present = sorted({f.impact for f in findings if f.impact is not Impact.OTHER}, key=list(Impact).index)
     if not present:
-        return "**Impact:** no pod restarts, no storage or node changes."
+        return ["**Impact:** no pod restarts, no storage or node changes."]
     if present == [Impact.CONFIG_RELOAD]:
-        return "**Impact:** config reload only — `scontrol reconfigure`, nothing restarts."
+        return ["**Impact:** config reload only — `scontrol reconfigure`, nothing restarts."]
     parts = []
     for impact in present:
         group = [f for f in findings if f.impact is impact]
@@ -676,7 +746,8 @@ def _headline(findings: list[Finding]) -> str:
             parts.append(f"{impact.icon} **{impact.value}** ({len({n for f in group for n in f.nodes})} nodes)")
         else:
             parts.append(f"{impact.icon} **{impact.value}**")
-    return "**Impact:** " + " · ".join(parts)
+    listed = [f"- {f.impact.icon} {f.summary}" for impact in HEADLINED for f in findings if f.impact is impact]
+    return ["**Impact:** " + " · ".join(parts), *listed]
 
 
 def _impact_section(impact: Impact, findings: list[Finding]) -> list[str]:
@@ -715,7 +786,7 @@ def render_markdown(plan: Plan, title: str = "dualsched change report") -> str:
     if not plan.changes:
         lines.append("No changes.")
         return plan.redactor.scrub("\n".join(lines) + "\n")
-    lines += [_headline(findings), "", *summary_table(plan.changes), ""]
+    lines += [*_headline(findings), "", *summary_table(plan.changes), ""]
     for impact in Impact:
         group = [f for f in findings if f.impact is impact]
         if group and impact is not Impact.OTHER:

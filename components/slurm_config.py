@@ -8,6 +8,7 @@ from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from components.common import child, labels, meta
 from components.slurm_files import Site, config_hash, render_slurm_files, restart_hash
@@ -18,6 +19,25 @@ SLURM_CONF = f"{CONFIG_DIR}/slurm.conf"
 SLURM_CONF_ENV = k8s.core.v1.EnvVarArgs(name="SLURM_CONF", value=SLURM_CONF)
 """Where clients and slurmctld read the mounted slurm.conf."""
 CONFIG_MAP_NAME = "slurm-config"
+CLUSTER_NAME_LOCK = "cluster-name-lock"
+"""Suffix of the protected resource that makes `pulumi up` refuse a ClusterName change."""
+
+
+def cluster_name_lock(name: str, cluster_name: str, opts: Optional[pulumi.ResourceOptions] = None) -> random.RandomId:
+    """A protected resource keyed on ClusterName: renaming the cluster would replace it, which the
+    engine refuses. Make everything that carries the name wait for it (``depends_on``), so a refused
+    rename changes nothing.
+
+    slurmctld exits on "CLUSTER NAME MISMATCH" when ClusterName differs from the clustername file in
+    its StateSaveLocation (``_verify_clustername``, src/slurmctld/controller.c, Slurm 25.05): a plain
+    rename would leave the controller crash-looping. docs/architecture.md says how to rename on purpose.
+    """
+    return random.RandomId(
+        f"{name}-{CLUSTER_NAME_LOCK}",
+        byte_length=4,
+        keepers={"clusterName": cluster_name},
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True)),
+    )
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ ACCOUNTING_SERVICE = "slurmdbd"
 DATABASE_SERVICE = "mariadb"
 DATABASE_USER = "slurm"
 DATABASE_NAME = "slurm_acct_db"
+JWT_KEY_DIR = "/etc/slurm-jwt"
+JWT_KEY_FILE = "jwt_hs256.key"
+JWT_KEY_PATH = f"{JWT_KEY_DIR}/{JWT_KEY_FILE}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Site:
     """None: daemons run in the foreground and log to stderr (what Kubernetes collects)."""
     munge_socket: Optional[str] = None
     """None: munge's default socket."""
+    jwt_key: Optional[str] = None
+    """slurmctld's HS256 key for auth/jwt tokens; None: munge only."""
     cgroup_plugin: str = "cgroup/v2"
     proctrack_type: str = "proctrack/cgroup"
     task_plugin: str = "task/cgroup,task/affinity"
@@ -106,6 +111,7 @@ def kubernetes_site(config: StackConfig) -> Site:
         accounting_host=f"{ACCOUNTING_SERVICE}.{namespace}.svc.cluster.local",
         dbd_host=ACCOUNTING_SERVICE,
         database=database_endpoint(config),
+        jwt_key=JWT_KEY_PATH,
         cgroup_plugin=CGROUP_PLUGINS[config.slurm.cgroup_version],
         gpu_autodetect=config.slurm.gpu_auto_detect.value,
         # Without NVML, a node's GPUs are the device files its slurmd container was given.
@@ -224,7 +230,7 @@ def config_hash(files: Mapping[str, str]) -> str:
 # slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`;
 # before Slurm 23.11 so does adding or removing nodes. Everything else is reloaded in place.
 RESTART_KEYS = (
-    "AuthType", "AuthInfo", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
+    "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
     "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort",
     "SlurmUser", "StateSaveLocation", "TaskPlugin",
 )

@@ -47,7 +47,11 @@ MISSING = _Missing()
 
 
 def format_value(value: Any, limit: int = 80) -> str:
-    text = repr(value.value if isinstance(value, Enum) else value)
+    """The value as one short line: repr escapes newlines and control characters; long text is cut."""
+    try:
+        text = repr(value.value if isinstance(value, Enum) else value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, a deeply nested list
+        text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -130,7 +134,7 @@ def node_names_are_dns_subdomains(config: StackConfig) -> Iterator[Problem]:
         # Node names are DNS subdomains: dot-separated DNS-1123 labels.
         bad = [name for name in pool.node_names if len(name) > 253 or not all(map(is_dns_label, name.split(".")))]
         if bad:
-            yield Problem(f"pools[{index}].nodes", f"node name {bad[0]} is not a valid Kubernetes node name", pool.nodes)
+            yield Problem(f"pools[{index}].nodes", f"node name {format_value(bad[0])} is not a valid Kubernetes node name", pool.nodes)
 
 
 def _tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
@@ -296,6 +300,16 @@ def users_are_distinct(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"slurm.users[{index}].uid", "uid is used more than once", user.uid)
 
 
+def identities_map_known_users(config: StackConfig) -> Iterator[Problem]:
+    users = {user.name for user in config.slurm.users}
+    accounts = _duplicates([identity.service_account for identity in config.submission.identities])
+    for index, identity in enumerate(config.submission.identities):
+        if identity.user not in users:
+            yield Problem(f"submission.identities[{index}].user", "is not one of slurm.users", identity.user)
+        if identity.service_account in accounts:
+            yield Problem(f"submission.identities[{index}].serviceAccount", "is mapped more than once", identity.service_account)
+
+
 def namespaces_distinct(config: StackConfig) -> Iterator[Problem]:
     used = {config.slurm.namespace: "slurm.namespace"}
     for path, namespace, enabled in (
@@ -325,6 +339,7 @@ CHECKS: tuple[Check, ...] = (
     prod_images_are_pinned,
     requests_within_limits,
     slurmd_memory_adds_up,
+    identities_map_known_users,
     users_are_distinct,
     namespaces_distinct,
 )

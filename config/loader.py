@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from config.checks import MISSING, Problem, cross_field_problems
+from config.checks import MISSING, Problem, cross_field_problems, format_value
 from config.models import StackConfig
 
 NAMESPACE = "dualsched"
@@ -35,7 +35,7 @@ class ConfigError(Exception):
         return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}):\n{lines}"
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:/-]{1,64}", re.ASCII)
 
 
 def _path(location: tuple[Any, ...]) -> str:
@@ -44,7 +44,8 @@ def _path(location: tuple[Any, ...]) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
             continue
-        key = str(part) if _PLAIN_KEY.match(str(part)) else repr(part)  # keep odd keys on one line
+        # Odd keys are shown escaped and cut short, so the path stays one readable line.
+        key = str(part) if _PLAIN_KEY.fullmatch(str(part)) else format_value(part, 40)
         path += f".{key}" if path else key
     return path or "(top level)"
 
@@ -126,13 +127,88 @@ def _namespaced(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
 
 
-def load_stack_file(path: str | Path) -> StackConfig:
-    """Read a ``Pulumi.<stack>.yaml`` file as the engine would and validate it."""
+MAX_STACK_FILE_BYTES = 1 << 20
+"""A stack file is a few kilobytes; a megabyte leaves room for many encrypted secrets."""
+MAX_DEPTH = 32
+"""The deepest config key is about eight levels down."""
+
+
+class _Refused(yaml.YAMLError):
+    """Something no stack file needs, found while reading one."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+class StackFileLoader(yaml.SafeLoader):
+    """SafeLoader for stack files: no aliases, no duplicate keys, nesting at most MAX_DEPTH deep.
+
+    Aliases make billion-laughs bombs possible, a repeated key silently overrides the first,
+    and deep nesting exhausts Python's recursion; a stack file needs none of them.
+    Duplicate keys are collected in ``duplicates`` so all of them are reported at once.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.depth = 0
+        self.duplicates: list[Problem] = []
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            raise _Refused(Problem(f"line {mark.line + 1}", "YAML aliases (*name) are not allowed in a stack file", self.peek_event().anchor))
+        if self.depth >= MAX_DEPTH:
+            raise _Refused(Problem(f"line {mark.line + 1}", f"nested more than {MAX_DEPTH} levels deep", MISSING))
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # an unhashable key fails in the base class; merged keys may be overridden
+            key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+            if key in first_line:
+                self.duplicates.append(
+                    Problem(f"line {line}", f"key repeated in one mapping (first on line {first_line[key]}); YAML would keep only the last", key)
+                )
+            first_line.setdefault(key, line)
+        return super().construct_mapping(node, deep)
+
+
+def read_stack_document(path: str | Path) -> Any:
+    """Parse a stack file with StackFileLoader's limits, or raise ConfigError."""
     path = Path(path)
+
+    def refuse(problem: Problem) -> ConfigError:
+        return ConfigError([problem], str(path))
+
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        data = path.read_bytes()
+        if len(data) > MAX_STACK_FILE_BYTES:
+            raise refuse(Problem(str(path), f"a stack file is at most {MAX_STACK_FILE_BYTES} bytes", f"{len(data)} bytes"))
+        loader = StackFileLoader(data.decode("utf-8"))
+        try:
+            document = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except _Refused as refused:
+        raise refuse(refused.problem) from None
     except (OSError, ValueError, yaml.YAMLError) as error:
-        raise ConfigError([Problem(str(path), "cannot read the stack file", str(error).splitlines()[0])], str(path)) from None
+        raise refuse(Problem(str(path), "cannot read the stack file", str(error).splitlines()[0])) from None
+    if loader.duplicates:
+        raise ConfigError(loader.duplicates, str(path))
+    return document
+
+
+def load_stack_file(path: str | Path) -> StackConfig:
+    """Read a ``Pulumi.<stack>.yaml`` file (see read_stack_document) and validate it."""
+    path = Path(path)
+    document = read_stack_document(path) or {}
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError([Problem("config", "a stack file holds a 'config' mapping", document)], str(path))
     return parse_stack_config(_namespaced(document.get("config") or {}), str(path))
@@ -143,7 +219,7 @@ def _decode(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # left as text, which the models reject
             return value
     return value
 
@@ -153,6 +229,12 @@ def load_pulumi_config() -> StackConfig:
     import pulumi
     from pulumi.runtime import config as runtime_config
 
+    # The engine parsed the stack file with Go's yaml.v3, which refuses duplicate keys and heavy
+    # aliasing but allows some aliases and 10000 levels of nesting: when the file is here (the
+    # program runs in the project directory), hold it to the offline render's rules too.
+    stack_file = Path(f"Pulumi.{pulumi.get_stack()}.yaml")
+    if stack_file.is_file():
+        read_stack_document(stack_file)
     settings = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     raw = {key: _decode(value) for key, value in _namespaced(settings).items()}
     return parse_stack_config(raw, f"stack '{pulumi.get_stack()}'")

@@ -10,7 +10,7 @@ Models are frozen: once validated, a config is never changed downstream.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
+from typing import Annotated, Optional
 
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 from config.quantities import parse_quantity
 from config.types import (
     AbsolutePath,
+    Cidr,
     CsiDriverName,
     DnsLabel,
     DnsSubdomain,
@@ -27,7 +28,11 @@ from config.types import (
     KubernetesMinor,
     LabelKey,
     LabelValue,
+    HostlistExpression,
+    Namespace,
+    OwnLabelKey,
     PartitionName,
+    SecretKey,
     PosixName,
     Quantity,
     RelativePath,
@@ -35,6 +40,11 @@ from config.types import (
     SlurmTime,
     SqlName,
 )
+
+
+MAX_ITEMS = 256
+"""Most items in a list (pools, partitions, models, taints): far more than a real stack has, and it
+bounds the work and the length of the error message for a list pasted by mistake."""
 
 
 class Model(BaseModel):
@@ -136,7 +146,7 @@ class Resources(Model):
 class Taint(Model):
     """A node taint, as in the Node spec."""
 
-    key: LabelKey
+    key: OwnLabelKey
     """Taint key, e.g. 'dualsched.io/slurm'."""
     value: LabelValue = "true"
     """Taint value."""
@@ -179,18 +189,25 @@ class Images(Model):
     """vLLM OpenAI-compatible server image."""
     triton: ImageRef = "nvcr.io/nvidia/tritonserver:25.09-py3"
     """NVIDIA Triton Inference Server image."""
+    slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.05-ubuntu24.04"
+    """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
+    python: ImageRef = "docker.io/library/python:3.13.9-slim-bookworm"
+    """Python image for the token minter and the Jobs' token sidecar (standard library only)."""
 
 
 class Placement(Model):
     """The one label key and the one taint key every selector and toleration reads."""
 
-    pool_label: LabelKey = "dualsched.io/pool"
+    pool_label: OwnLabelKey = "dualsched.io/pool"
     """Node label whose value is the name of the pool a node belongs to."""
-    slurm_taint_key: LabelKey = "dualsched.io/slurm"
+    slurm_taint_key: OwnLabelKey = "dualsched.io/slurm"
     """Taint key that marks nodes whose GPUs belong to Slurm."""
 
 
 # ----------------------------------------------------------------------------- pools
+
+MAX_NODES = 5000
+"""Kubernetes supports clusters of at most 5000 nodes ("Considerations for large clusters")."""
 
 
 class NodePool(Model):
@@ -198,10 +215,12 @@ class NodePool(Model):
 
     name: DnsLabel
     """Pool name: the value of the pool label on its nodes and the Slurm NodeSet/Feature."""
-    nodes: str
+    nodes: HostlistExpression
     """Node names as a Slurm hostlist expression, e.g. 'gpu-[001-064]'; they are the Kubernetes node names."""
     mode: PoolMode = PoolMode.DEDICATED
     """How the pool's GPUs are shared between Slurm and Kubernetes."""
+    # Bounds: 64 GPUs and 4096 CPUs are above any node built today; 2**31 MiB (2 PiB) is far above any
+    # node's memory and inside Slurm's RealMemory (uint64 MB). They catch a typo, not a real node.
     gpus_per_node: int = Field(8, ge=0, le=64)
     """Physical GPUs per node (the node's nvidia.com/gpu capacity)."""
     slurm_gpus: Optional[int] = Field(None, ge=0, le=64)
@@ -216,7 +235,7 @@ class NodePool(Model):
     """Part of realMemoryMb kept for slurmd itself, in MiB (MemSpecLimit=); jobs get the rest."""
     job_shm_size: Optional[Quantity] = None
     """Size of the memory-backed /dev/shm jobs share (NCCL, PyTorch); it counts against the jobs' memory. Defaults to half of that."""
-    taints: Optional[tuple[Taint, ...]] = None
+    taints: Optional[tuple[Taint, ...]] = Field(None, max_length=MAX_ITEMS)
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
 
     @field_validator("nodes")
@@ -228,6 +247,8 @@ class NodePool(Model):
             raise ValueError(f"is not a valid hostlist expression: {error}") from None
         if not names:
             raise ValueError("must name at least one node")
+        if len(names) > MAX_NODES:
+            raise ValueError(f"names {len(names)} nodes; a Kubernetes cluster has at most {MAX_NODES}")
         return value
 
     @property
@@ -296,13 +317,13 @@ class Partition(Model):
 
     name: PartitionName
     """PartitionName."""
-    pools: tuple[DnsLabel, ...] = Field(min_length=1)
+    pools: tuple[DnsLabel, ...] = Field(min_length=1, max_length=MAX_ITEMS)
     """Pools whose nodes form the partition (via NodeSet)."""
     default: bool = False
     """Default=YES: jobs without -p land here."""
     max_time: SlurmTime = "INFINITE"
     """MaxTime for jobs in the partition."""
-    priority_tier: int = Field(1, ge=0, le=65533)
+    priority_tier: int = Field(1, ge=0, le=65533)  # Slurm's uint16; 65534 and 65535 mean "not set"
     """PriorityTier: higher tiers are scheduled first."""
 
 
@@ -311,7 +332,7 @@ class SecretKeyRef(Model):
 
     name: DnsLabel
     """Secret name."""
-    key: str = "password"
+    key: SecretKey = "password"
     """Key in the Secret."""
 
 
@@ -375,6 +396,8 @@ class SlurmUser(Model):
 
     name: PosixName
     """User name: the job owner in squeue and sacct."""
+    # Below 1000 are system ids (useradd's UID_MIN); 2**31 - 2 keeps the id positive for tools
+    # that read it as a signed int, and away from (uid_t)-1.
     uid: int = Field(ge=1000, le=2**31 - 2)
     """User id; a job's processes and the files it writes on the shared file system carry it."""
     gid: Optional[int] = Field(None, ge=1000, le=2**31 - 2)
@@ -390,17 +413,17 @@ class Slurm(Model):
 
     cluster_name: DnsLabel = ...
     """ClusterName in slurm.conf and in accounting."""
-    namespace: DnsLabel = "slurm"
+    namespace: Namespace = "slurm"
     """Kubernetes namespace of the Slurm daemons."""
     controller: Controller = Controller()
     """slurmctld settings."""
-    partitions: tuple[Partition, ...] = Field(min_length=1)
+    partitions: tuple[Partition, ...] = Field(min_length=1, max_length=MAX_ITEMS)
     """Partitions; exactly one should be the default."""
     accounting: Accounting = Accounting()
     """Accounting settings."""
     resource_quota: Optional[ResourceList] = None
     """Optional ResourceQuota (requests) for the Slurm namespace."""
-    users: tuple[SlurmUser, ...] = ()
+    users: tuple[SlurmUser, ...] = Field((), max_length=4096)  # their passwd and group lines fit one ConfigMap (1 MiB)
     """Users jobs run as (root never may: DisableRootJobs). Every Slurm pod resolves them the same way."""
     cgroup_version: CgroupVersion = CgroupVersion.V2
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts."""
@@ -423,7 +446,7 @@ class LustreStorage(Model):
     """CSI driver name."""
     volume_handle: Optional[SingleLine] = None
     """CSI volumeHandle of the file system."""
-    volume_attributes: dict[SingleLine, SingleLine] = Field(default_factory=dict)
+    volume_attributes: dict[SingleLine, SingleLine] = Field(default_factory=dict, max_length=64)
     """CSI volumeAttributes (e.g. mgsAddress, fsName)."""
 
 
@@ -453,6 +476,7 @@ class SharedStorage(Model):
 
 
 class Replicas(Model):
+    # 1000 replicas of a GPU server exceed any fleet this manages.
     min: int = Field(1, ge=1, le=1000)
     """Minimum replicas (HPA minReplicas)."""
     max: int = Field(2, ge=1, le=1000)
@@ -476,7 +500,7 @@ class InferenceModel(Model):
         requests=ResourceList(cpu="4", memory="32Gi"), limits=ResourceList(cpu="8", memory="64Gi")
     )
     """Container CPU and memory."""
-    max_model_len: Optional[int] = Field(None, ge=1)
+    max_model_len: Optional[int] = Field(None, ge=1, le=2**24)  # 16M tokens: above any released model's context
     """vLLM --max-model-len."""
 
 
@@ -485,25 +509,66 @@ class Inference(Model):
 
     enabled: bool = True
     """Deploy the inference namespace and servers."""
-    namespace: DnsLabel = "inference"
+    namespace: Namespace = "inference"
     """Namespace name."""
     pod_security: PodSecurityLevel = PodSecurityLevel.RESTRICTED
     """Pod Security admission level enforced on the namespace."""
     server: InferenceServer = InferenceServer.VLLM
     """vllm (OpenAI-compatible API) or triton."""
-    models: tuple[InferenceModel, ...] = ()
+    models: tuple[InferenceModel, ...] = Field((), max_length=MAX_ITEMS)
     """Served models."""
-    tolerations: tuple[Toleration, ...] = ()
+    tolerations: tuple[Toleration, ...] = Field((), max_length=MAX_ITEMS)
     """Taints of inference-eligible pools that inference pods tolerate (never the Slurm taint)."""
+    client_namespaces: tuple[DnsLabel, ...] = Field(("ingress-nginx",), max_length=MAX_ITEMS)
+    """Namespaces whose pods may call the model servers, besides the inference namespace itself;
+    the default is where the ingress-nginx controller installs itself."""
+
+
+class SubmissionIdentity(Model):
+    """A ServiceAccount in the submission namespace whose Jobs submit as one Slurm user."""
+
+    service_account: DnsLabel
+    """ServiceAccount name (dualsched creates it, with no API token mounted)."""
+    user: PosixName
+    """The Slurm user its jobs run as: one of ``slurm.users``."""
+    account: Optional[PosixName] = None
+    """Default Slurm account for its jobs (``SBATCH_ACCOUNT``); Slurm's associations decide what it may use."""
 
 
 class Submission(Model):
-    """sbatch from Kubernetes Jobs."""
+    """sbatch from Kubernetes Jobs, authenticated with short-lived Slurm tokens instead of the munge key."""
 
     enabled: bool = True
-    """Create the submission namespace with a client config, munge key and shared storage."""
-    namespace: DnsLabel = "slurm-jobs"
-    """Namespace where Kubernetes Jobs submit to Slurm."""
+    """Create the submission namespace, its client config and the token minter."""
+    namespace: Namespace = "slurm-jobs"
+    """Namespace where Kubernetes Jobs submit to Slurm. Anyone who may create pods there may use
+    every ServiceAccount below, so it is one trust boundary: give teams their own stacks or namespaces."""
+    identities: tuple[SubmissionIdentity, ...] = ()
+    """ServiceAccount -> Slurm user. A pod of any other ServiceAccount gets no token."""
+    token_lifetime_seconds: int = Field(900, ge=60, le=86400)
+    """Lifetime of a minted Slurm token; the Job's sidecar renews it at a third of that."""
+
+
+# ---------------------------------------------------------------------------- network
+
+
+class Network(Model):
+    """Addresses that NetworkPolicies must name as IP blocks: slurmd runs on the host network, so its
+    traffic to and from slurmctld carries node addresses, which no pod selector matches."""
+
+    node_cidrs: tuple[Cidr, ...] = Field(min_length=1, max_length=MAX_ITEMS)
+    """Networks holding the nodes' addresses: slurmctld and slurmdbd accept connections from them
+    (slurmd, sbatch and sacct on the nodes) and slurmctld reaches slurmd (6818) there."""
+    api_server_cidrs: Optional[tuple[Cidr, ...]] = Field(None, min_length=1, max_length=MAX_ITEMS)
+    """Addresses of the Kubernetes API server (the endpoints of the `kubernetes` Service), which the
+    token minter calls for TokenReviews; defaults to nodeCidrs (control-plane nodes)."""
+    api_server_ports: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = Field((443, 6443), min_length=1, max_length=MAX_ITEMS)
+    """The API server's port at those addresses (the endpoint's, not the Service's 443): 443 on managed
+    clusters, 6443 on kubeadm's."""
+
+    @property
+    def api_server(self) -> tuple[str, ...]:
+        return self.node_cidrs if self.api_server_cidrs is None else self.api_server_cidrs
 
 
 # ----------------------------------------------------------------------------- stack
@@ -524,10 +589,12 @@ class StackConfig(Model):
     """Container images."""
     slurm: Slurm
     """The Slurm cluster."""
-    pools: tuple[NodePool, ...] = Field(min_length=1)
+    pools: tuple[NodePool, ...] = Field(min_length=1, max_length=MAX_ITEMS)
     """GPU node pools."""
     storage: SharedStorage
     """The shared file system."""
+    network: Network
+    """Node and API server addresses for the NetworkPolicies."""
     inference: Inference = Inference()
     """Inference serving."""
     submission: Submission = Submission()

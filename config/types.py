@@ -4,85 +4,175 @@ Each type validates one thing a Kubernetes or Slurm object depends on, so a
 mistake is reported against the config key that holds it, before deployment.
 Every text that lands in a Slurm file or a manifest is single-line by
 construction: no type here accepts whitespace where a line could break.
+
+How the checks stay safe on any input:
+
+* the length is checked first, so no pattern ever runs on a huge value;
+* patterns are ASCII-only (``re.ASCII`` and explicit classes: ``\\d`` would take
+  other scripts' digits) and anchored with ``fullmatch`` (``$`` also accepts a
+  trailing newline, which a YAML block scalar adds);
+* patterns are linear: no repeated group overlaps its neighbour. Text with a
+  separator (paths, DNS names, label keys) is split on it and checked segment
+  by segment in code instead of by one nested pattern.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from decimal import Decimal
 from typing import Annotated, Callable
 
 from pydantic import AfterValidator
 
+from config.quantities import parse_quantity
+
+
+def _pattern(text: str) -> re.Pattern[str]:
+    return re.compile(text, re.ASCII)
+
+
 # RFC 1123 label, as Kubernetes requires for namespaces, Services and the
 # names Slurm resolves through cluster DNS.
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = _pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 # Kubernetes resource.Quantity: a number with an optional binary/decimal suffix
-# or exponent (k8s.io/apimachinery/pkg/api/resource).
-_QUANTITY = re.compile(
-    r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
-    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+# or exponent (k8s.io/apimachinery/pkg/api/resource). A three-digit exponent
+# keeps the value inside Decimal's range, see _quantity_in_range.
+_QUANTITY = _pattern(
+    r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]{1,3})?"
 )
+# "no quantity may represent a number greater than 2^63-1" (resource.Quantity's documentation).
+_QUANTITY_MAX = Decimal(2**63 - 1)
 
 # OCI image reference: [registry[:port]/]path[:tag][@digest]
-_IMAGE = re.compile(
-    r"^(?P<name>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]{1,2}[a-z0-9]+)*)*)"
-    r"(:(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(@(?P<digest>sha256:[a-f0-9]{64}))?$"
+_IMAGE = _pattern(
+    r"(?P<name>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]{1,2}[a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(@(?P<digest>sha256:[a-f0-9]{64}))?"
 )
 
-# Label keys: optional DNS-subdomain prefix, then a name segment.
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+# The name part of a label key, and a label value (empty allowed).
+_LABEL_NAME = _pattern(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = _pattern(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
-# Slurm time limit: INFINITE/UNLIMITED or [days-]hours:minutes:seconds and the
-# shorter forms documented for PartitionName MaxTime in slurm.conf(5).
-_SLURM_TIME = re.compile(
-    r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
-)
+# Slurm time limit: INFINITE/UNLIMITED, minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds (slurm.conf(5), MaxTime).
+# Six digits in the leading field keep every form below Slurm's uint32 minutes.
+_SLURM_TIME = _pattern(r"INFINITE|UNLIMITED|[0-9]{1,6}(:[0-9]{2}){0,2}|[0-9]{1,6}-[0-9]{1,2}(:[0-9]{2}){0,2}")
 
-# A relative path below a mount: plain segments, no '.' or '..' (a subPath must
-# not contain '..', and a model path must not leave the read-only models mount).
-_RELATIVE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
-
-# An absolute path on a file server, e.g. an NFS export.
-_ABSOLUTE_PATH = re.compile(r"^(?!.*(^|/)\.\.?(/|$))/([A-Za-z0-9._-]+/?)*$")
+# One segment of a path: a subPath must not contain '..', and a model path must
+# not leave the read-only models mount, so '.' and '..' are refused in code.
+_PATH_SEGMENT = _pattern(r"[A-Za-z0-9._-]+")
 
 # Kubernetes minor version, as the schema files are named: '1.34'.
-_KUBERNETES_MINOR = re.compile(r"^1\.\d{2}$")
+_KUBERNETES_MINOR = _pattern(r"1\.[0-9]{2}")
 
 # Slurm PartitionName: a word Slurm accepts and shells need not quote.
-_PARTITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+_PARTITION_NAME = _pattern(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
-# A host name (dotted DNS labels, any case) or an IPv4/IPv6 address.
-_HOST = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*|[0-9A-Fa-f:.]+)$")
+# One label of a host name (any case); IP addresses are checked by ipaddress.
+_HOST_LABEL = _pattern(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?")
+_IP_CHARACTERS = _pattern(r"[0-9A-Fa-f:.]+")
 
 # A MySQL user or database name that needs no quoting.
-_SQL_NAME = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
-
-# A DNS subdomain: dot-separated DNS-1123 labels (StorageClass and CSI driver names).
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SQL_NAME = _pattern(r"[A-Za-z0-9_$]{1,64}")
 
 # A POSIX user or group name as useradd(8) accepts by default (NAME_REGEX, 32 characters).
-_POSIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_POSIX_NAME = _pattern(r"[a-z_][a-z0-9_-]{0,31}")
 
-# Free text that must stay on one line (CSI handles and attributes).
-_SINGLE_LINE = re.compile(r"^[^\s]+$")
+# Free text that must stay one printable ASCII word (CSI handles and attributes).
+_SINGLE_LINE = _pattern(r"[!-~]+")
+
+# A key of a Secret or ConfigMap (Kubernetes IsConfigMapKey).
+_SECRET_KEY = _pattern(r"[-._A-Za-z0-9]+")
+
+# A Slurm hostlist expression of Kubernetes node names: 'gpu-[001-064],cpu-1'.
+_HOSTLIST = _pattern(r"[-a-z0-9.,\[\]]+")
+
+# Namespaces Kubernetes creates and runs itself; "Avoid creating namespaces with the prefix
+# kube-, since it is reserved for Kubernetes system namespaces" (Kubernetes docs, Namespaces).
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+# Label and taint key prefixes reserved for Kubernetes itself, subdomains included
+# (node.kubernetes.io/not-ready, node-role.kubernetes.io/...): the NodeRestriction admission
+# plugin's isKubernetesLabel. policy/rules.py keeps the same two rules for the pack.
+RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io")
 
 
 def is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+    return len(value) <= 63 and bool(_DNS1123_LABEL.fullmatch(value))
+
+
+def is_dns_subdomain(value: str) -> bool:
+    return len(value) <= 253 and all(map(is_dns_label, value.split(".")))
+
+
+def _is_host(value: str) -> bool:
+    if _IP_CHARACTERS.fullmatch(value):
+        try:
+            ipaddress.ip_address(value)
+            return True
+        except ValueError:
+            pass  # digits and dots may still be a host name
+    return all(_HOST_LABEL.fullmatch(label) for label in value.split("."))
+
+
+def _is_label_key(value: str) -> bool:
+    prefix, slash, name = value.rpartition("/")
+    return (not slash or is_dns_subdomain(prefix)) and bool(_LABEL_NAME.fullmatch(name))
+
+
+def _is_path(value: str, absolute: bool) -> bool:
+    if absolute:
+        if not value.startswith("/"):
+            return False
+        value = value[1:].removesuffix("/")  # '/' alone and one trailing '/' are fine
+        if not value:
+            return True
+    return all(_PATH_SEGMENT.fullmatch(segment) and segment not in (".", "..") for segment in value.split("/"))
+
+
+def _is_cidr(value: str) -> bool:
+    """An IP network written as Kubernetes writes one (ipBlock.cidr): canonical, with a prefix length."""
+    try:
+        return str(ipaddress.ip_network(value)) == value  # strict: refuses bits set past the prefix
+    except ValueError:
+        return False
+
+
+def _quantity_in_range(value: str) -> bool:
+    return bool(_QUANTITY.fullmatch(value)) and parse_quantity(value) <= _QUANTITY_MAX
+
+
+def is_reserved_namespace(name: str) -> bool:
+    return name in RESERVED_NAMESPACES or name.startswith("kube-")
+
+
+def is_reserved_key(key: str) -> bool:
+    """A label or taint key under kubernetes.io/ or k8s.io/ (or a subdomain of them)."""
+    prefix = key.rpartition("/")[0]
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_KEY_DOMAINS)
+
+
+def _valid(accepts: Callable[[str], bool], message: str, max_length: int = 253) -> AfterValidator:
+    """A validator that accepts values at most ``max_length`` long for which ``accepts`` is true."""
+
+    def check(value: str) -> str:
+        if len(value) > max_length or not accepts(value):
+            raise ValueError(message)
+        return value
+
+    return AfterValidator(check)
 
 
 def _matching(pattern: re.Pattern[str], message: str, max_length: int = 253) -> AfterValidator:
-    """A validator that accepts values matching ``pattern`` (at most ``max_length`` long)."""
+    return _valid(pattern.fullmatch, message, max_length)
 
+
+def _refusing(reserved: Callable[[str], bool], message: str) -> AfterValidator:
     def check(value: str) -> str:
-        # fullmatch: `$` alone would also accept a trailing newline, which breaks a Slurm line.
-        if len(value) > max_length or not pattern.fullmatch(value):
+        if reserved(value):
             raise ValueError(message)
         return value
 
@@ -98,38 +188,69 @@ DnsLabel = Annotated[
         max_length=63,
     ),
 ]
-Quantity = Annotated[str, _matching(_QUANTITY, "must be a Kubernetes quantity such as '4Gi', '500m' or '2'")]
+Namespace = Annotated[
+    DnsLabel,
+    _refusing(is_reserved_namespace, "is a Kubernetes system namespace (default, kube-system, kube-public, kube-*)"),
+]
+Quantity = Annotated[
+    str, _valid(_quantity_in_range, "must be a Kubernetes quantity such as '4Gi', '500m' or '2', at most 2^63-1", 64)
+]
 ImageRef = Annotated[str, _matching(_IMAGE, "must be an image reference such as 'registry/name:tag'", max_length=512)]
-LabelKey = Annotated[str, _matching(_LABEL_KEY, "must be a Kubernetes label key such as 'example.com/pool'")]
-LabelValue = Annotated[str, _matching(_LABEL_VALUE, "must be a Kubernetes label value (63 characters of [A-Za-z0-9_.-])")]
-SlurmTime = Annotated[str, _matching(_SLURM_TIME, "must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'")]
+# 253 for the prefix, '/', 63 for the name.
+LabelKey = Annotated[str, _valid(_is_label_key, "must be a Kubernetes label key such as 'example.com/pool'", 317)]
+OwnLabelKey = Annotated[
+    LabelKey,
+    _refusing(is_reserved_key, "is under a prefix Kubernetes reserves for itself (kubernetes.io/, k8s.io/ and their subdomains)"),
+]
+LabelValue = Annotated[str, _matching(_LABEL_VALUE, "must be a Kubernetes label value (63 characters of [A-Za-z0-9_.-])", 63)]
+SlurmTime = Annotated[
+    str, _matching(_SLURM_TIME, "must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'", 16)
+]
+# 1024: a path Kubernetes and NFS accept without trouble (Linux PATH_MAX is 4096).
 RelativePath = Annotated[
-    str, _matching(_RELATIVE_PATH, "must be a relative path such as 'org/model', without '.' or '..' segments", 1024)
+    str,
+    _valid(lambda v: _is_path(v, absolute=False), "must be a relative path such as 'org/model', without '.' or '..' segments", 1024),
 ]
 AbsolutePath = Annotated[
-    str, _matching(_ABSOLUTE_PATH, "must be an absolute path such as '/export/shared', without '.' or '..' segments", 1024)
+    str,
+    _valid(lambda v: _is_path(v, absolute=True), "must be an absolute path such as '/export/shared', without '.' or '..' segments", 1024),
 ]
 KubernetesMinor = Annotated[
-    str, _matching(_KUBERNETES_MINOR, "must be a Kubernetes minor version such as '1.34' (no 'v', no patch)")
+    str, _matching(_KUBERNETES_MINOR, "must be a Kubernetes minor version such as '1.34' (no 'v', no patch)", 4)
 ]
 PartitionName = Annotated[
-    str, _matching(_PARTITION_NAME, "must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters")
+    str, _matching(_PARTITION_NAME, "must be a Slurm partition name: letters, digits, '_' and '-', at most 63 characters", 63)
 ]
-HostName = Annotated[str, _matching(_HOST, "must be a host name or an IP address")]
+HostName = Annotated[str, _valid(_is_host, "must be a host name or an IP address")]
+# 43: an IPv6 address (39 characters) and '/128'.
+Cidr = Annotated[str, _valid(_is_cidr, "must be an IP network such as '10.0.0.0/16' or 'fd00::/64', nothing set past the prefix", 43)]
 PosixName = Annotated[
-    str, _matching(_POSIX_NAME, "must be a POSIX user name: lower-case letters, digits, '_' and '-', at most 32 characters")
+    str, _matching(_POSIX_NAME, "must be a POSIX user name: lower-case letters, digits, '_' and '-', at most 32 characters", 32)
 ]
-SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters")]
-DnsSubdomain = Annotated[str, _matching(_DNS_SUBDOMAIN, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
+SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters", 64)]
+DnsSubdomain = Annotated[str, _valid(is_dns_subdomain, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
 CsiDriverName = Annotated[
-    str, _matching(_DNS_SUBDOMAIN, "must be a CSI driver name such as 'lustre.csi.hpe.com' (at most 63 characters)", 63)
+    str, _valid(is_dns_subdomain, "must be a CSI driver name such as 'lustre.csi.hpe.com' (at most 63 characters)", 63)
 ]
-SingleLine = Annotated[str, _matching(_SINGLE_LINE, "must be one word without spaces or line breaks", 1024)]
+SingleLine = Annotated[
+    str, _matching(_SINGLE_LINE, "must be one word of printable ASCII, without spaces or line breaks", 1024)
+]
+SecretKey = Annotated[
+    str,
+    _valid(
+        lambda v: bool(_SECRET_KEY.fullmatch(v)) and v not in (".", "..") and not v.startswith(".."),
+        "must be a Secret key: letters, digits, '-', '_' and '.', not '.' or '..'",
+    ),
+]
+# 4096: hundreds of ranges; the node count itself is bounded where the expression is expanded.
+HostlistExpression = Annotated[
+    str, _matching(_HOSTLIST, "must be a Slurm hostlist of node names such as 'gpu-[001-064]'", 4096)
+]
 
 
 def image_is_pinned(reference: str) -> bool:
     """True when the reference names an exact tag (not 'latest') or a digest."""
-    match = _IMAGE.match(reference)
+    match = _IMAGE.fullmatch(reference)
     if not match:
         return False
     tag = match.group("tag")

@@ -10,6 +10,7 @@ from components.compute import ComputePool, ComputePoolArgs
 from components.controller import SlurmController, SlurmControllerArgs
 from components.identity import UserDirectory, UserDirectoryArgs
 from components.munge import MungeKey, MungeKeyArgs
+from components.tokens import JwtKey, JwtKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from components.slurm_config import SlurmConfig, SlurmConfigArgs
 from components.slurm_files import kubernetes_site
@@ -19,9 +20,10 @@ from config import ConfigError, StackConfig, load_pulumi_config
 
 def slurm_only(config: StackConfig) -> SlurmController:
     site = kubernetes_site(config)
-    namespace = SlurmNamespace("training", SlurmNamespaceArgs(config.slurm)).name
+    namespace = SlurmNamespace("training", SlurmNamespaceArgs(config)).name
     munge = MungeKey("training-munge", MungeKeyArgs({"slurm": namespace}))
     users = UserDirectory("training-users", UserDirectoryArgs(config, {"slurm": namespace}))
+    jwt_key = JwtKey("training-jwt-key", JwtKeyArgs(namespace, config.slurm.cluster_name))
     files = SlurmConfig("training-config", SlurmConfigArgs(config, site, namespace))
     storage = SharedStorageVolumes(
         "training-shared",
@@ -37,6 +39,7 @@ def slurm_only(config: StackConfig) -> SlurmController:
             files.restart_hash,
             munge.secret_names["slurm"],
             users.config_map_names["slurm"],
+            jwt_key.secret_name,
         ),
     )
     for pool in config.slurm_pools:

@@ -1,14 +1,13 @@
 """Submitting a Slurm batch job from a Kubernetes Job (the JobSubmission component).
 
-The Job runs in the submission namespace, where dualsched placed the client
-slurm.conf, the munge key, the user directory (/etc/passwd and /etc/group) and the
-shared file system: `sbatch --wait` submits `/shared/jobs/train.sbatch` to Slurm and
-the Kubernetes Job succeeds when the Slurm job does.
+The Job runs in the submission namespace as a ServiceAccount that the stack config maps to a
+Slurm user (`dualsched:submission` → `identities`). Its token sidecar trades the pod's projected
+ServiceAccount token for a short-lived Slurm token at the in-cluster minter; sbatch presents that
+token, so the pod needs no munge key, and slurmctld runs the job as the mapped user, who owns
+the files it writes on the shared file system. The Kubernetes Job succeeds when the Slurm job
+completes.
 
-The job needs a user: root may not run Slurm jobs (`DisableRootJobs=YES`), and munge
-vouches for the uid sbatch runs as, so that uid owns the job and the files it writes on
-the shared file system. This example submits as the first user of the stack config
-(`dualsched:slurm` → `users`); a stack without users cannot submit jobs.
+A stack without identities cannot submit: say which ServiceAccount may act as which user.
 """
 
 import pulumi_kubernetes as k8s
@@ -16,30 +15,36 @@ import pulumi_kubernetes as k8s
 from components.cluster import DualScheduledCluster
 from components.common import child, meta
 from config import StackConfig
-from config.models import SlurmUser
+from config.models import SubmissionIdentity
+
+TRAINING_SCRIPT = """#!/bin/bash
+#SBATCH --job-name=train-llm
+#SBATCH --partition=gpu
+#SBATCH --nodes=2
+#SBATCH --gres=gpu:4
+#SBATCH --output=/shared/jobs/train-llm-%j.out
+srun python /shared/jobs/train.py --checkpoint-dir /shared/models/llm
+"""
 
 
-def job_user(config: StackConfig) -> SlurmUser:
-    """The first configured user; jobs never run as root."""
-    if not config.slurm.users:
+def job_identity(config: StackConfig) -> SubmissionIdentity:
+    """The first configured identity; jobs never run as root or as an unmapped account."""
+    if not config.submission.identities:
         raise ValueError(
-            "the stack config has no Slurm users to submit the job as: add one under dualsched:slurm → users, "
-            "e.g. `users: [{name: alice, uid: 2001}]`"
+            "the stack config maps no ServiceAccount to a Slurm user: add one under dualsched:submission → "
+            "identities, e.g. `identities: [{serviceAccount: trainer, user: alice}]`"
         )
-    return config.slurm.users[0]
+    return config.submission.identities[0]
 
 
 def submit_training_job(cluster: DualScheduledCluster, config: StackConfig, name: str = "train-llm") -> k8s.batch.v1.Job:
-    user = job_user(config)
     submission = cluster.submission
     return k8s.batch.v1.Job(
         name,
         metadata=meta(namespace=submission.namespace),
         spec=k8s.batch.v1.JobSpecArgs(
             backoff_limit=0,
-            template=k8s.core.v1.PodTemplateSpecArgs(
-                spec=submission.sbatch_pod_spec("jobs/train.sbatch", user, ("--partition=gpu", "--gres=gpu:4", "--nodes=2")),
-            ),
+            template=k8s.core.v1.PodTemplateSpecArgs(spec=submission.sbatch_pod_spec(TRAINING_SCRIPT, job_identity(config))),
         ),
         opts=child(cluster),
     )

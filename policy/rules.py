@@ -124,8 +124,28 @@ def _gpu(resources: Optional[Mapping[str, Any]], which: str) -> Any:
 
 
 def is_slurmd_pod(resource: Resource, pod_labels: Mapping[str, Any], settings: Settings) -> bool:
-    """slurmd: labelled app.kubernetes.io/name=slurmd AND in the Slurm namespace."""
-    return pod_labels.get(NAME_LABEL) == SLURMD and resource.namespace == settings.slurm_namespace
+    """slurmd: labelled app.kubernetes.io/name=slurmd AND in the Slurm namespace (never a system one)."""
+    return (
+        pod_labels.get(NAME_LABEL) == SLURMD
+        and resource.namespace == settings.slurm_namespace
+        and not is_reserved_namespace(resource.namespace)
+    )
+
+
+# Kept in step with config/types.py (the pack runs without the project's packages):
+# namespaces Kubernetes runs itself, and the label/taint prefixes it reserves, subdomains
+# included (the NodeRestriction admission plugin's isKubernetesLabel).
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io")
+
+
+def is_reserved_namespace(name: str) -> bool:
+    return name in RESERVED_NAMESPACES or name.startswith("kube-")
+
+
+def is_reserved_key(key: str) -> bool:
+    prefix = key.rpartition("/")[0]
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_KEY_DOMAINS)
 
 
 # ---------------------------------------------------------------------------- rules
@@ -236,6 +256,28 @@ def gpu_limits_and_pools(resource: Resource, settings: Settings) -> list[str]:
     return problems
 
 
+def no_system_namespaces_or_keys(resource: Resource, settings: Settings) -> list[str]:
+    """Nothing in Kubernetes' own namespaces; no node label or taint under its reserved prefixes."""
+    metadata = resource.manifest.get("metadata") or {}
+    problems = []
+    namespace = metadata.get("name") if resource.kind == "Namespace" else metadata.get("namespace")
+    if isinstance(namespace, str) and is_reserved_namespace(namespace):
+        problems.append(
+            f"{resource.label}: namespace {namespace!r} is Kubernetes' own (default, kube-system, kube-public, "
+            "kube-*); the stack's objects belong in its own namespaces"
+        )
+    if resource.kind == "Node":
+        keys = [("label", key) for key in metadata.get("labels") or {}]
+        keys += [("taint", taint.get("key")) for taint in (resource.manifest.get("spec") or {}).get("taints") or []]
+        problems += [
+            f"{resource.label}: {what} {key!r} is under a prefix Kubernetes reserves for itself (kubernetes.io/, "
+            "k8s.io/ and their subdomains); use the stack's own prefix"
+            for what, key in keys
+            if isinstance(key, str) and is_reserved_key(key)
+        ]
+    return problems
+
+
 # Secret material heuristics ------------------------------------------------------------
 
 _SECRET_NAME = re.compile(r"(pass(word|wd)?|secret|token|credential|api[_.-]?key|private[_.-]?key|(^|[_.-])key)$", re.I)
@@ -247,6 +289,9 @@ _FLAG = re.compile(r"^(0|1|true|false|yes|no|on|off)$", re.I)
 _ACCOUNT_ENTRY = re.compile(r"^x:\d+:")
 # Slurm's own password options (slurm.conf / slurmdbd.conf): StoragePass, AccountingStoragePass, JobCompPass.
 _CONF_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.-]*)\s*[=:]\s*(\S.*?)\s*$")
+# A program's assignment from a call or a subscript (`token = mint(key, user)`), not a literal:
+# the programs dualsched ships in ConfigMaps handle tokens without containing any.
+_CODE_EXPRESSION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*[(\[]")
 
 
 def looks_like_blob(value: str) -> bool:
@@ -272,6 +317,7 @@ def _harmless(value: str) -> bool:
         or bool(_FLAG.match(value) or _ACCOUNT_ENTRY.match(value))
         or value.startswith(("/", "$(", "${"))
         or value.startswith("file:")
+        or bool(_CODE_EXPRESSION.match(value))
     )
 
 
@@ -407,6 +453,11 @@ RULES: tuple[Rule, ...] = (
         "gpu-limits-and-pools",
         "Every container requesting nvidia.com/gpu sets it as a limit, and GPU pods run only on GPU pools.",
         gpu_limits_and_pools,
+    ),
+    Rule(
+        "no-system-namespaces-or-keys",
+        "Nothing in Kubernetes' own namespaces; no node label or taint under kubernetes.io/ or k8s.io/.",
+        no_system_namespaces_or_keys,
     ),
     Rule(
         "no-secret-material",

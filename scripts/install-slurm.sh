@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Install what the real-Slurm test tier (tests/slurm, `pytest -m slurm`) runs:
-# Debian's Slurm 22.05 daemons and clients, munge and MariaDB.
+# Debian's Slurm 22.05 daemons, slurmrestd and clients, munge and MariaDB.
 #
 # Idempotent: installs only missing packages, and stops/disables any daemon the
 # packages start on their own, because the test harness starts its own copies on
 # private ports, sockets and directories. Needs root (or sudo) and Debian/Ubuntu.
 set -euo pipefail
 
-PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client)
-SERVICES=(slurmctld slurmd slurmdbd munge mariadb mysql)
+PACKAGES=(slurm-wlm slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-client munge mariadb-server mariadb-client)
+SERVICES=(slurmctld slurmd slurmdbd slurmrestd munge mariadb mysql)
 
 if [ "$(id -u)" -ne 0 ]; then
     exec sudo --preserve-env=DEBIAN_FRONTEND "$0" "$@"

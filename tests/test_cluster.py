@@ -12,6 +12,7 @@ import pytest
 
 import components
 from components.cluster import DualScheduledCluster
+from components.slurm_config import CLUSTER_NAME_LOCK
 from rendering import render_raw, render_stack, render_with_registrations, variant
 
 CLUSTER = "dualsched:cluster:DualScheduledCluster"
@@ -58,7 +59,8 @@ def test_every_resource_is_a_child_of_a_component(stack):
     rendered = render_stack(stack)
     [cluster] = rendered.components(CLUSTER)
     for registration in rendered.resources:
-        if registration.type == CLUSTER:
+        # the ClusterName lock sits beside the cluster, which waits for it (tests/test_slurm_config.py)
+        if registration.type == CLUSTER or registration.name.endswith(CLUSTER_NAME_LOCK):
             continue
         assert registration.parent_type.startswith("dualsched:"), f"{registration.type} {registration.name}"
         if not registration.custom:
@@ -116,14 +118,16 @@ def test_outputs_follow_what_is_enabled():
 
 
 def test_protect_only_in_prod_and_only_on_state():
+    """Except the ClusterName lock, which every stack protects (tests/test_slurm_config.py)."""
     dev, prod = render_stack("dev"), render_stack("prod")
-    assert not [r for r in dev.resources if r.protect]
+    lock = ("RandomId", "dualsched-cluster-name-lock")
+    assert {(r.type.rsplit(":", 1)[-1], r.name) for r in dev.resources if r.protect} == {lock}
     protected = {(r.type.rsplit(":", 1)[-1], r.name) for r in prod.resources if r.protect and r.custom}
+    assert lock in protected
     assert ("PersistentVolumeClaim", "dualsched-slurmctld-state") in protected
     assert {name for kind, name in protected if kind == "PersistentVolume"} == {
         "dualsched-shared-slurm",
         "dualsched-shared-inference",
-        "dualsched-shared-jobs",
     }
     assert ("Namespace", "dualsched-slurm") in protected
     unprotected_kinds = {"DaemonSet", "Deployment", "StatefulSet", "ConfigMap", "Secret", "NodePatch"}

@@ -48,7 +48,27 @@ def test_placed_by_the_pool_label_only(stack):
         spec = pod_spec(daemonset)
         assert spec["nodeSelector"] == {POOL_LABEL: pool}
         assert daemonset.manifest["spec"]["template"]["metadata"]["labels"][POOL_LABEL] == pool
-        assert daemonset.manifest["spec"]["selector"]["matchLabels"] == daemonset.manifest["spec"]["template"]["metadata"]["labels"]
+        selector = daemonset.manifest["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= daemonset.manifest["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_selector_and_name_survive_pool_label_and_cluster_name_edits():
+    """A DaemonSet's selector is immutable: a new one makes the engine replace the DaemonSet, and
+    every slurmd pod dies with the jobs in it. Renaming the pool label or the cluster leaves the
+    selector and the name alone, so the pool rolls (OnDelete) instead."""
+
+    def edit(raw):
+        raw.setdefault("placement", {})["poolLabel"] = "example.com/gpu-pool"
+        raw["slurm"]["clusterName"] = "renamed"
+
+    def identity(rendered) -> dict:
+        return {d.pulumi_name: (d.name, d.manifest["spec"]["selector"]) for d in rendered.by_kind("DaemonSet")}
+
+    before, after = render_stack("dev"), render_raw(variant("dev", edit))
+    assert identity(after) == identity(before)
+    (daemonset,) = after.by_kind("DaemonSet")
+    assert pod_spec(daemonset)["nodeSelector"] == {"example.com/gpu-pool": "gpu"}
+    assert daemonset.manifest["spec"]["template"]["metadata"]["labels"]["example.com/gpu-pool"] == "gpu"
 
 
 def test_dedicated_pools_tolerate_exactly_the_slurm_taint():

@@ -141,6 +141,7 @@ def test_host_path_storage_is_accepted_in_dev(dev_raw):
 
 def test_users_default_to_none_and_gid_to_the_uid(dev_raw):
     del dev_raw["slurm"]["users"]
+    del dev_raw["submission"]  # its identities name a user
     assert parse_stack_config(dev_raw).slurm.users == ()
     dev_raw["slurm"]["users"] = [{"name": "alice", "uid": 2001}, {"name": "bob_2", "uid": 2002, "gid": 3000}]
     users = parse_stack_config(dev_raw).slurm.users
@@ -276,6 +277,17 @@ INVALID = [
             "storage.hostPath.path", "absolute"),
     Invalid("host-path-in-prod", "prod", {"storage.type": "hostPath", "storage.hostPath": {"path": "/srv/shared"}},
             "storage.type", "prod needs nfs or lustre"),
+    # network (NetworkPolicy ipBlocks)
+    Invalid("missing-network", "dev", {"network": DELETE}, "network", "required key is missing"),
+    Invalid("no-node-cidrs", "dev", {"network.nodeCidrs": []}, "network.nodeCidrs"),
+    Invalid("node-cidr-without-prefix", "dev", {"network.nodeCidrs": ["10.0.0.1"]}, "network.nodeCidrs[0]", "IP network"),
+    Invalid("node-cidr-host-bits-set", "dev", {"network.nodeCidrs": ["10.0.0.1/24"]}, "network.nodeCidrs[0]", "past the prefix"),
+    Invalid("node-cidr-netmask-form", "dev", {"network.nodeCidrs": ["10.0.0.0/255.255.255.0"]}, "network.nodeCidrs[0]"),
+    Invalid("api-server-cidr-not-a-network", "dev", {"network.apiServerCidrs": ["kubernetes.default"]},
+            "network.apiServerCidrs[0]", "IP network"),
+    Invalid("api-server-port-zero", "dev", {"network.apiServerPorts": [0]}, "network.apiServerPorts[0]"),
+    Invalid("client-namespace-not-dns-1123", "dev", {"inference.clientNamespaces": ["Ingress_NGINX"]},
+            "inference.clientNamespaces[0]", "DNS-1123"),
     # shape of the document
     Invalid("unknown-key-with-hint", "dev", {"pools[0].gpuPerNode": 8}, "pools[0].gpuPerNode",
             "did you mean 'gpusPerNode'?"),
@@ -597,4 +609,5 @@ def test_pool_modes_are_a_closed_set():
 
 def test_user_may_not_take_nobodys_uid(dev_raw):
     dev_raw["slurm"]["users"] = [{"name": "bob", "uid": 65534}]
+    del dev_raw["submission"]
     assert "slurm.users[0].uid" in [problem.path for problem in rejection(dev_raw).problems]

@@ -8,15 +8,16 @@ from components.program import build
 from components.render import render_config
 from config import load_stack_file, parse_stack_config
 from examples.own_program import slurm_only
-from examples.sbatch_job import job_user, submit_training_job
+from examples.sbatch_job import TRAINING_SCRIPT, job_identity, submit_training_job
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _config_with_users(*users):
+def _config_with_identities(*identities, users=({"name": "alice", "uid": 2001},)):
     raw = raw_stack("dev")
     raw["slurm"]["users"] = list(users)
+    raw["submission"] = {"identities": list(identities)}
     return parse_stack_config(raw)
 
 
@@ -41,34 +42,39 @@ def test_slurm_only_program_wires_users_and_the_restart_hash():
 
 
 def test_sbatch_job_submits_through_the_submission_namespace():
-    config = _config_with_users({"name": "alice", "uid": 2001})
+    config = _config_with_identities({"serviceAccount": "trainer", "user": "alice"})
     render = render_config(config, "example", program=lambda c: submit_training_job(build(c), c))
     job = render.one("Job").manifest
     assert job["metadata"]["namespace"] == config.submission.namespace
     pod = job["spec"]["template"]["spec"]
-    command = pod["containers"][0]["command"]
-    assert command[:2] == ["sbatch", "--wait"] and command[-1] == "/shared/jobs/train.sbatch"
-    assert {volume["name"] for volume in pod["volumes"]} >= {"slurm-config", "shared", "munge-key", "munge-socket", "identity"}
-    assert pod["initContainers"][0]["name"] == "munged"
-    assert pod["containers"][0]["securityContext"]["runAsUser"] == 2001
+    assert pod["serviceAccountName"] == "trainer"
+    sbatch = pod["containers"][0]
+    assert sbatch["command"][:2] == ["bash", "/opt/dualsched/sbatch_wait.sh"]
+    assert {"name": "BATCH_SCRIPT", "value": TRAINING_SCRIPT} in sbatch["env"]
+    assert pod["initContainers"][0]["name"] == "slurm-token"
+    assert pod["securityContext"]["runAsUser"] == sbatch["securityContext"]["runAsUser"] == 2001
 
 
-def test_sbatch_job_submits_as_the_first_configured_user():
-    config = _config_with_users({"name": "carol", "uid": 4001, "gid": 4500}, {"name": "dave", "uid": 4002})
-    assert job_user(config).name == "carol"
+def test_sbatch_job_submits_as_the_first_identity():
+    config = _config_with_identities(
+        {"serviceAccount": "pipelines", "user": "carol"}, {"serviceAccount": "notebooks", "user": "dave"},
+        users=({"name": "carol", "uid": 4001, "gid": 4500}, {"name": "dave", "uid": 4002}),
+    )
+    assert job_identity(config).service_account == "pipelines"
     render = render_config(config, "example", program=lambda c: submit_training_job(build(c), c))
     pod = render.one("Job").manifest["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "pipelines"
     assert pod["containers"][0]["securityContext"]["runAsUser"] == 4001
     assert pod["containers"][0]["securityContext"]["runAsGroup"] == 4500
 
 
-def test_sbatch_job_without_users_is_a_clear_error():
-    config = _config_with_users()
-    with pytest.raises(ValueError, match="no Slurm users"):
-        job_user(config)
-    with pytest.raises(ValueError, match="users"):
-        render_config(config, "example", program=lambda c: submit_training_job(build(c), c))
+def test_sbatch_job_without_identities_is_a_clear_error():
+    config = _config_with_identities()
+    with pytest.raises(ValueError, match="maps no ServiceAccount"):
+        job_identity(config)
 
 
-def test_dev_stack_has_a_user_for_the_example():
-    assert job_user(load_stack_file(ROOT / "Pulumi.dev.yaml")).name == "alice"
+def test_dev_stack_has_an_identity_for_the_example():
+    assert job_identity(load_stack_file(ROOT / "Pulumi.dev.yaml")).user == "alice"
+
+

@@ -22,7 +22,7 @@ from components.munge import (
     munged_sidecar,
 )
 from components.render import REDACTED, redacted
-from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume, walk
+from rendering import container, mounts, pod_spec, render_stack, volume, walk
 
 
 def _munge_secrets(rendered):
@@ -38,22 +38,18 @@ def _secret_forms(rendered) -> set[str]:
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_munge_secret_in_slurm_and_jobs_namespaces_never_inference(stack):
+def test_munge_secret_only_in_the_slurm_namespace(stack):
+    """Jobs authenticate with minted tokens: neither the submission nor the inference namespace holds the key."""
     rendered = render_stack(stack)
-    secrets = _munge_secrets(rendered)
-    assert sorted(s.namespace for s in secrets) == ["slurm", "slurm-jobs"]
-    assert not [s for s in rendered.by_kind("Secret") if s.namespace == "inference"]
-
-
-def test_without_submission_only_slurm_gets_the_key():
-    rendered = render_raw(variant("dev", lambda raw: raw.update(submission={"enabled": False})))
     assert [s.namespace for s in _munge_secrets(rendered)] == ["slurm"]
+    assert not [s for s in rendered.by_kind("Secret") if s.namespace in ("inference", "slurm-jobs")]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_munge_key_is_one_random_1024_byte_key_shared_by_every_copy(stack):
     rendered = render_stack(stack)
-    assert len([r for r in rendered.resources if r.type == "random:index/randomBytes:RandomBytes"]) == 1
+    munge_bytes = [r for r in rendered.resources if r.type == "random:index/randomBytes:RandomBytes" and "munge" in r.name]
+    assert [r.inputs["length"] for r in munge_bytes] == [MUNGE_KEY_BYTES]
     keys = {s.manifest["data"]["munge.key"] for s in _munge_secrets(rendered)}
     assert len(keys) == 1
     [key] = keys

@@ -1,4 +1,4 @@
-"""SlurmNamespace: Pod Security labels, default-deny NetworkPolicy, Slurm's allow rules, quota."""
+"""SlurmNamespace (Pod Security labels, quota) and every namespace's NetworkPolicies."""
 
 from __future__ import annotations
 
@@ -9,106 +9,157 @@ from rendering import render_raw, render_stack, variant
 PSA = "pod-security.kubernetes.io"
 
 
-def _policy(rendered, part: str) -> dict:
-    return rendered.one("NetworkPolicy", f"-slurm-{part}").manifest
+SLURM_NS, JOBS_NS, INFERENCE_NS = "slurm", "slurm-jobs", "inference"
+
+
+def policies(rendered, namespace: str) -> dict[str, dict]:
+    """The namespace's NetworkPolicy specs by their key (``dualsched-<component>-<key>-<suffix>``)."""
+    return {
+        p.name.split("-", 2)[2].rsplit("-", 1)[0]: p.manifest["spec"]
+        for p in rendered.by_kind("NetworkPolicy")
+        if p.namespace == namespace
+    }
 
 
 def _ports(rules: list[dict]) -> set[tuple[int, str]]:
     return {(port["port"], port["protocol"]) for rule in rules for port in rule.get("ports", [])}
 
 
-def _peer_names(rule: dict, side: str) -> list[str]:
-    return [peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in rule.get(side, [])]
+def peer(p: dict) -> str:
+    """One peer as a short string: 'pods:slurmctld', 'ns:slurm-jobs', 'ns:slurm/pods:slurmrestd', 'ip:10.0.0.0/24'."""
+    parts = []
+    if "ipBlock" in p:
+        parts.append(f"ip:{p['ipBlock']['cidr']}")
+    if "namespaceSelector" in p:
+        parts.append(f"ns:{p['namespaceSelector']['matchLabels']['kubernetes.io/metadata.name']}")
+    if "podSelector" in p:
+        parts.append(f"pods:{p['podSelector']['matchLabels']['app.kubernetes.io/name']}")
+    return "/".join(parts)
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_slurm_namespace_enforces_privileged_and_warns_at_baseline(stack):
+def rules(spec: dict, direction: str) -> dict[int, set[str]]:
+    """port -> peers allowed on it ('*' for any peer), for ``ingress`` or ``egress``."""
+    side = "from" if direction == "ingress" else "to"
+    allowed: dict[int, set[str]] = {}
+    for rule in spec.get(direction, []):
+        for port, _ in _ports([rule]):
+            allowed.setdefault(port, set()).update({peer(p) for p in rule[side]} if side in rule else {"*"})
+    return allowed
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "local"])
+def test_every_namespace_we_create_denies_everything_but_dns_by_default(stack):
     rendered = render_stack(stack)
-    namespace = rendered.named("Namespace", rendered.config.slurm.namespace).manifest
-    assert namespace["metadata"]["name"] == "slurm"
-    labels = namespace["metadata"]["labels"]
-    assert labels[f"{PSA}/enforce"] == "privileged"
-    assert labels[f"{PSA}/warn"] == "baseline"
-    assert labels[f"{PSA}/audit"] == "baseline"
-    assert labels["app.kubernetes.io/part-of"] == "dualsched"
+    created = {ns.name for ns in rendered.by_kind("Namespace")}
+    assert created == {SLURM_NS, JOBS_NS, INFERENCE_NS}
+    for namespace in created:
+        specs = policies(rendered, namespace)
+        assert specs["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}, namespace
+        dns = specs["allow-dns"]
+        assert dns["podSelector"] == {} and dns["policyTypes"] == ["Egress"]
+        assert _ports(dns["egress"]) == {(53, "UDP"), (53, "TCP")} and "to" not in dns["egress"][0]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_every_network_policy_is_in_the_slurm_namespace(stack):
+def test_no_policy_admits_any_source_or_opens_every_port(stack):
+    # the only rules without peers are DNS and the external database (whose address is not in the config)
     rendered = render_stack(stack)
-    policies = rendered.by_kind("NetworkPolicy")
-    assert policies
-    assert {policy.namespace for policy in policies} == {"slurm"}
+    for policy in rendered.by_kind("NetworkPolicy"):
+        spec = policy.manifest["spec"]
+        for rule in spec.get("ingress", []):
+            assert rule.get("from") and rule.get("ports"), policy.name
+        for rule in spec.get("egress", []):
+            assert rule.get("ports"), policy.name
+            assert rule.get("to") or _ports([rule]) <= {(53, "UDP"), (53, "TCP"), (3306, "TCP")}, policy.name
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_default_deny_selects_every_pod_and_allows_nothing(stack):
-    spec = _policy(render_stack(stack), "default-deny")["spec"]
-    assert spec["podSelector"] == {}
-    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
-    assert "ingress" not in spec and "egress" not in spec
-
-
-def test_dns_is_allowed_for_every_pod_over_udp_and_tcp():
-    spec = _policy(render_stack("dev"), "allow-dns")["spec"]
-    assert spec["podSelector"] == {}
-    assert spec["policyTypes"] == ["Egress"]
-    assert _ports(spec["egress"]) == {(53, "UDP"), (53, "TCP")}
-
-
-def test_slurmctld_accepts_6817_and_reaches_slurmd_and_slurmdbd():
-    spec = _policy(render_stack("dev"), "slurmctld")["spec"]
+def test_slurmctld_accepts_submitters_slurmdbd_its_backup_and_the_nodes_only():
+    spec = policies(render_stack("dev"), SLURM_NS)["slurmctld"]
     assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "slurmctld"}
-    # slurmd and clients come from the host network and other namespaces: any source, port 6817 only.
-    [ingress] = spec["ingress"]
-    assert "from" not in ingress
-    assert _ports([ingress]) == {(6817, "TCP")}
-    egress = {next(iter(_ports([rule]))): rule for rule in spec["egress"]}
-    assert set(egress) == {(6818, "TCP"), (6819, "TCP")}
-    assert _peer_names(egress[(6819, "TCP")], "to") == ["slurmdbd"]
+    # submitters: slurmrestd, and sbatch in the submission namespace's Jobs (with a token, no munge)
+    assert rules(spec, "ingress") == {6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:slurmdbd", "pods:slurmctld", "ip:10.0.0.0/24"}}
+    # slurmd (6818) on the host network of the nodes, the backup controller, slurmdbd
+    assert rules(spec, "egress") == {6818: {"ip:10.0.0.0/24"}, 6817: {"pods:slurmctld"}, 6819: {"pods:slurmdbd"}}
 
 
-def test_slurmdbd_accepts_6819_and_reaches_the_in_cluster_database_only():
-    spec = _policy(render_stack("dev"), "slurmdbd")["spec"]
-    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "slurmdbd"}
-    assert _ports(spec["ingress"]) == {(6819, "TCP")}
-    egress = {next(iter(_ports([rule]))): rule for rule in spec["egress"]}
-    assert set(egress) == {(3306, "TCP"), (6817, "TCP")}
-    assert _peer_names(egress[(3306, "TCP")], "to") == ["mariadb"]
-    assert _peer_names(egress[(6817, "TCP")], "to") == ["slurmctld"]
+def test_slurmdbd_accepts_slurmctld_and_the_nodes_only():
+    spec = policies(render_stack("dev"), SLURM_NS)["slurmdbd"]
+    assert rules(spec, "ingress") == {6819: {"pods:slurmctld", "ip:10.0.0.0/24"}}
+    assert rules(spec, "egress") == {3306: {"pods:mariadb"}, 6817: {"pods:slurmctld"}}
 
 
 def test_mariadb_accepts_3306_from_slurmdbd_only():
-    spec = _policy(render_stack("dev"), "mariadb")["spec"]
-    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "mariadb"}
+    spec = policies(render_stack("dev"), SLURM_NS)["mariadb"]
     assert spec["policyTypes"] == ["Ingress"]
-    [ingress] = spec["ingress"]
-    assert _ports([ingress]) == {(3306, "TCP")}
-    assert _peer_names(ingress, "from") == ["slurmdbd"]
+    assert rules(spec, "ingress") == {3306: {"pods:slurmdbd"}}
 
 
-def test_external_database_is_reached_on_3306_at_any_address_and_has_no_mariadb_policy():
-    rendered = render_stack("prod")
-    spec = _policy(rendered, "slurmdbd")["spec"]
-    [mysql] = [rule for rule in spec["egress"] if _ports([rule]) == {(3306, "TCP")}]
-    assert "to" not in mysql
-    assert not [p for p in rendered.by_kind("NetworkPolicy") if "mariadb" in p.name]
+def test_slurmrestd_accepts_the_submission_and_slurm_namespaces_and_calls_slurmctld_only():
+    spec = policies(render_stack("dev"), SLURM_NS)["slurmrestd"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "slurmrestd"}
+    assert rules(spec, "ingress") == {6820: {"ns:slurm-jobs", "ns:slurm"}}
+    assert rules(spec, "egress") == {6817: {"pods:slurmctld"}}
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_slurm_ports_are_all_opened_somewhere(stack):
-    rendered = render_stack(stack)
-    opened = set()
-    for policy in rendered.by_kind("NetworkPolicy"):
-        spec = policy.manifest["spec"]
-        opened |= {port for port, _ in _ports(spec.get("ingress", []) + spec.get("egress", []))}
-    assert {6817, 6818, 6819, 3306, 53} <= opened
+def test_the_token_minter_accepts_the_submission_namespace_and_calls_the_api_server_only():
+    prod = policies(render_stack("prod"), SLURM_NS)["slurm-token-minter"]
+    assert rules(prod, "ingress") == {8080: {"ns:slurm-jobs"}}
+    assert rules(prod, "egress") == {443: {"ip:10.9.0.0/28"}, 6443: {"ip:10.9.0.0/28"}}
+    # without apiServerCidrs the API server is looked for on the nodes (control-plane nodes)
+    dev = policies(render_stack("dev"), SLURM_NS)["slurm-token-minter"]
+    assert rules(dev, "egress") == {443: {"ip:10.0.0.0/24"}, 6443: {"ip:10.0.0.0/24"}}
+    # the endpoint's port, wherever the API server listens
+    moved = render_raw(variant("dev", lambda raw: raw["network"].update(apiServerPorts=[8443])))
+    assert rules(policies(moved, SLURM_NS)["slurm-token-minter"], "egress") == {8443: {"ip:10.0.0.0/24"}}
+
+
+def test_jobs_call_slurmctld_slurmrestd_and_the_minter_and_nothing_calls_them():
+    specs = policies(render_stack("dev"), JOBS_NS)
+    assert set(specs) == {"default-deny", "allow-dns", "slurm-services"}
+    services = specs["slurm-services"]
+    assert services["podSelector"] == {} and services["policyTypes"] == ["Egress"]
+    # namespace and pods in one peer: only those pods of the Slurm namespace
+    assert rules(services, "egress") == {6817: {"ns:slurm/pods:slurmctld"}, 6820: {"ns:slurm/pods:slurmrestd"},
+                                         8080: {"ns:slurm/pods:slurm-token-minter"}}
+    assert not any(spec.get("ingress") for spec in specs.values())
+
+
+def test_model_servers_accept_their_port_from_the_client_namespaces_and_call_nothing():
+    specs = policies(render_stack("dev"), INFERENCE_NS)
+    assert set(specs) == {"default-deny", "allow-dns", "model-servers"}
+    servers = specs["model-servers"]
+    assert servers["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm"}
+    assert servers["policyTypes"] == ["Ingress"]
+    assert rules(servers, "ingress") == {8000: {"ns:inference", "ns:ingress-nginx"}}
+    custom = render_raw(variant("dev", lambda raw: raw["inference"].update(clientNamespaces=["gateway", "inference"])))
+    assert rules(policies(custom, INFERENCE_NS)["model-servers"], "ingress") == {8000: {"ns:inference", "ns:gateway"}}
+
+
+def test_the_external_database_is_reached_on_3306_at_any_address_and_has_no_mariadb_policy():
+    specs = policies(render_stack("prod"), SLURM_NS)
+    assert rules(specs["slurmdbd"], "egress")[3306] == {"*"}
+    assert "mariadb" not in specs
+
+
+def test_node_cidrs_are_every_block_the_nodes_get():
+    raw = variant("dev", lambda raw: raw["network"].update(nodeCidrs=["10.0.0.0/24", "fd00:1::/64"]))
+    spec = policies(render_raw(raw), SLURM_NS)["slurmctld"]
+    assert rules(spec, "egress")[6818] == {"ip:10.0.0.0/24", "ip:fd00:1::/64"}
 
 
 def test_accounting_disabled_drops_the_slurmdbd_and_mariadb_rules():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"]["accounting"].update(enabled=False)))
-    names = sorted(p.name.split("-slurm-", 1)[1].rsplit("-", 1)[0] for p in rendered.by_kind("NetworkPolicy"))
-    assert names == ["allow-dns", "default-deny", "slurmctld"]
+    specs = policies(rendered, SLURM_NS)
+    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter"}
+    assert rules(specs["slurmctld"], "ingress") == {6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:slurmctld", "ip:10.0.0.0/24"}}
+
+
+def test_submission_disabled_drops_its_namespace_and_the_slurm_services_rules():
+    rendered = render_raw(variant("dev", lambda raw: raw["submission"].update(enabled=False)))
+    assert not policies(rendered, JOBS_NS)
+    specs = policies(rendered, SLURM_NS)
+    assert "slurmrestd" not in specs and "slurm-token-minter" not in specs
+    assert not {"pods:slurmrestd", "ns:slurm-jobs"} & rules(specs["slurmctld"], "ingress")[6817]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -128,12 +179,16 @@ def test_custom_namespace_name_is_used_everywhere_slurm_runs():
     assert rendered.named("Namespace", "hpc").manifest["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     for kind in ("NetworkPolicy", "StatefulSet", "DaemonSet", "ConfigMap"):
         for obj in rendered.by_kind(kind):
-            if obj.namespace == "slurm-jobs":
-                # The submission namespace holds its own client config and user directory.
-                assert kind == "ConfigMap" and obj.manifest["metadata"]["labels"]["app.kubernetes.io/name"] in (
+            if obj.namespace in ("slurm-jobs", "inference"):
+                # The other namespaces hold their own policies, and the submission namespace its own
+                # client config and user directory.
+                assert kind == "NetworkPolicy" or obj.manifest["metadata"]["labels"]["app.kubernetes.io/name"] in (
                     "slurm-client", "identity"), f"{kind}/{obj.name}"
                 continue
             assert obj.namespace == "hpc", f"{kind}/{obj.name}"
     identity = [c for c in rendered.by_kind("ConfigMap") if c.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "identity"]
     assert sorted(c.namespace for c in identity) == ["hpc", "slurm-jobs"]
     assert rendered.named("ConfigMap", "slurm-config").namespace == "hpc"
+    # the other namespaces' policies name it too
+    assert rules(policies(rendered, JOBS_NS)["slurm-services"], "egress")[6820] == {"ns:hpc/pods:slurmrestd"}
+    assert rules(policies(rendered, "hpc")["slurmrestd"], "ingress")[6820] == {"ns:slurm-jobs", "ns:hpc"}

@@ -124,7 +124,7 @@ def test_host_network_outside_slurmd_is_rejected(dev):
 
 
 def test_slurmd_outside_the_slurm_namespace_is_rejected(dev):
-    program = dev.mutated("DaemonSet", "slurmd", lambda m: m["metadata"].update(namespace="default"))
+    program = dev.mutated("DaemonSet", "slurmd", lambda m: m["metadata"].update(namespace="batch"))
     messages = rejected(program, "privileged-only-slurmd", "Slurm namespace 'slurm'")
     assert len(messages) == 2  # hostNetwork and the privileged slurmd container
 
@@ -284,6 +284,7 @@ def test_user_directory_is_not_secret_material(dev):
 def test_a_user_named_like_a_secret_is_not_secret_material():
     raw = raw_stack("dev")
     raw["slurm"]["users"] = [{"name": "compass", "uid": 3000}]
+    raw["submission"]["identities"] = [{"serviceAccount": "trainer", "user": "compass"}]
     config = parse_stack_config(raw, "test")
     assert offline.check(config) == []
 
@@ -320,8 +321,8 @@ def test_a_prod_program_without_protect_is_rejected(tmp_path, capsys):
     stack_file.write_text(yaml.safe_dump({"config": {f"dualsched:{key}": value for key, value in raw.items()}}))
     assert offline.main(["--config", str(stack_file)]) == 1
     out = capsys.readouterr().out
-    assert "7 violations" in out  # 3 PVs + 4 PVCs (state, slurm, inference and jobs shares)
-    assert out.count("[prod-stateful-protected]") == 7
+    assert "5 violations" in out  # 2 PVs + 3 PVCs (state, slurm and inference shares)
+    assert out.count("[prod-stateful-protected]") == 5
 
 
 def test_an_unprotected_database_statefulset_is_rejected_in_prod(dev):

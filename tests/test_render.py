@@ -59,7 +59,8 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
         assert path.parent.name == manifest["metadata"].get("namespace", CLUSTER_SCOPED)
         assert path.name == f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
     cluster_scoped = {yaml.safe_load(p.read_text())["kind"] for p in (out / CLUSTER_SCOPED).iterdir()}
-    assert cluster_scoped == {"Namespace", "PersistentVolume", "Node"}
+    # ClusterRole and binding: the token minter may create TokenReviews (components/tokens.py)
+    assert cluster_scoped == {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding"}
 
 
 def test_slurm_files_are_written(tmp_path, captured):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import yaml
 
 from components.render import SECRET_SIGNATURE, Render, write_render
 from components.report import (
@@ -164,9 +165,9 @@ def test_nfs_server_change_replaces_the_volumes_as_data_risk(tmp_path):
     compared = compare(tmp_path, "dev", lambda raw: raw["storage"]["nfs"].update(server="nfs2.dev.internal"))
     risks = compared.of(Impact.DATA_RISK)
     assert {f.change.kind for f in risks} == {"PersistentVolume"}
-    assert len(risks) == 3 and all(f.change.op == "replace" for f in risks)
+    assert len(risks) == 2 and all(f.change.op == "replace" for f in risks)
     assert all("`spec.nfs.server`" in f.details[0] for f in risks)
-    assert "| PersistentVolume |  |  | 3 |  |" in compared.markdown
+    assert "| PersistentVolume |  |  | 2 |  |" in compared.markdown
     assert "DATA RISK" in compared.markdown.split("\n")[4]  # the headline
 
 
@@ -181,6 +182,64 @@ def test_pool_taint_change_lists_the_nodes(tmp_path):
     assert "taint `dualsched.io/slurm=true:NoSchedule` removed" in compared.markdown
     # the pool's slurmd tolerates the new taint: a template change, so a roll of that pool only
     assert [len(f.nodes) for f in compared.of(Impact.SLURMD_ROLL)] == [32]
+
+
+def headline(markdown: str) -> str:
+    """The headline block: from the **Impact:** line to the blank line before the summary table."""
+    return markdown.split("**Impact:**", 1)[1].split("\n\n", 1)[0]
+
+
+def test_pool_label_change_rolls_slurmd_instead_of_replacing_it(tmp_path):
+    """The DaemonSet selector does not hold the pool label key: the pool rolls OnDelete (drain, then
+    delete each pod), where a replacement would have deleted every slurmd pod and its jobs."""
+    compared = compare(tmp_path, "prod", lambda raw: raw.setdefault("placement", {}).update(poolLabel="example.com/gpu-pool"))
+    daemonsets = [c for c in compared.plan.changes if c.kind == "DaemonSet"]
+    assert len(daemonsets) == 3 and {c.op for c in daemonsets} == {"update"}
+    assert not compared.of(Impact.WORKLOAD_REPLACE)
+    assert sum(len(f.nodes) for f in compared.of(Impact.SLURMD_ROLL)) == 80
+    assert "slurmd pool roll** (80 GPU nodes)" in headline(compared.markdown)
+
+
+def test_cluster_name_change_is_refused_in_the_headline(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["slurm"].update(clusterName="renamed"))
+    (refused,) = compared.of(Impact.CLUSTER_RENAME)
+    assert refused.change.name == "slurm-config"
+    top = headline(compared.markdown)
+    assert "ClusterName change — refused" in top.split("\n")[0]
+    assert "ClusterName `dev` → `renamed` is refused" in top and "CLUSTER NAME MISMATCH" in top
+    assert "Renaming a cluster" in compared.markdown
+    # slurmd keeps its DaemonSets (and so its jobs); the workloads whose selectors hold the name are
+    # replaced on a deliberate rename, and the headline says what each does
+    assert not [c for c in compared.plan.changes if c.kind == "DaemonSet" and c.op == "replace"]
+    assert "**replace** of StatefulSet slurm/slurmctld: slurmctld is down until the new pods run; running jobs continue" in top
+
+
+def test_a_replaced_slurmd_daemonset_heads_the_report_with_the_jobs_it_kills(tmp_path):
+    """Any selector change of a DaemonSet (here edited into the head render) is a replacement."""
+    compared = compare(tmp_path, "dev", lambda raw: None)
+    (path,) = (tmp_path / "head").rglob("daemonset-*.yaml")
+    manifest = yaml.safe_load(path.read_text())
+    manifest["spec"]["selector"]["matchLabels"]["example.com/extra"] = "x"
+    path.write_text(yaml.safe_dump(manifest))
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    markdown = render_markdown(plan)
+    (replaced,) = [f for f in _findings(plan) if f.impact is Impact.WORKLOAD_REPLACE]
+    assert replaced.change.op == "replace" and replaced.nodes == ["gpu-001", "gpu-002"]
+    assert replaced.details == ["forces replacement: `spec.selector.matchLabels.example.com/extra`"]
+    top = headline(markdown)
+    assert "Workload replaced" in top.split("\n")[0]
+    assert "every slurmd pod on `gpu-[001-002]` is deleted: the jobs running there die" in top
+    assert "nothing restarts by itself" not in markdown
+
+
+def test_a_replaced_state_claim_heads_the_report_with_the_state_it_loses(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["slurm"]["controller"]["stateStorage"].update(storageClass="fast-ssd"))
+    (risk,) = compared.of(Impact.DATA_RISK)
+    assert risk.change.kind == "PersistentVolumeClaim" and risk.change.op == "replace"
+    assert "forces replacement: `spec.storageClassName`" in risk.details
+    assert "slurmctld restarts on a new, empty state claim: its saved jobs, reservations and node state are gone" in headline(
+        compared.markdown
+    )
 
 
 def test_cli_writes_the_report(tmp_path, capsys):

@@ -61,14 +61,15 @@ def cli_render(request, tmp_path_factory):
 def test_the_program_generated_secrets_and_used_them(cli_render):
     """Guards against a vacuous scan: the values exist and reached the Secret objects in memory."""
     stack, render, _, _ = cli_render
-    expected = 3 if stack == "dev" else 2  # munge key base64 + hex, and dev's in-cluster DB password
+    # munge and JWT keys (base64 + hex each), and dev's in-cluster DB password
+    expected = 5 if stack == "dev" else 4
     assert len(render.generated_secrets) == expected
     secret_values = " ".join(
         str(value) for obj in render.by_kind("Secret") for key in ("data", "stringData") for value in (obj.manifest.get(key) or {}).values()
     )
     # Registration order is not fixed: tell the values apart by shape, not position.
-    munge_base64 = next(value for value in render.generated_secrets if value.endswith("="))
-    assert munge_base64 in secret_values
+    keys_base64 = [value for value in render.generated_secrets if value.endswith("=")]
+    assert len(keys_base64) == 2 and all(key in secret_values for key in keys_base64)
     if stack == "dev":
         password = next(value for value in render.generated_secrets if len(value) == 32)
         assert password in secret_values

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from components.slurm_config import CONFIG_MAP_NAME
+from components.slurm_config import CLUSTER_NAME_LOCK, CONFIG_MAP_NAME
 from components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files, restart_hash
 from rendering import render_raw, render_stack, variant
 
@@ -111,3 +111,21 @@ def test_a_change_outside_slurm_leaves_the_hash_alone():
         raw["inference"]["models"][0]["replicas"]["max"] = 5
 
     assert render_raw(variant("dev", bigger_model)).render.slurm_conf_hash == render_stack("dev").render.slurm_conf_hash
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_cluster_name_lock_is_protected_and_gates_the_whole_cluster(stack):
+    """A ClusterName change replaces the lock (keepers), which protect refuses, in dev as in prod:
+    slurmctld would exit on CLUSTER NAME MISMATCH with its saved state. The cluster component, and
+    so every object in it, waits for the lock: a refused rename changes nothing."""
+    rendered = render_stack(stack)
+    (lock,) = [r for r in rendered.resources if r.name.endswith(CLUSTER_NAME_LOCK)]
+    assert (lock.type, lock.name, lock.protect) == ("random:index/randomId:RandomId", "dualsched-cluster-name-lock", True)
+    (cluster,) = rendered.components("dualsched:cluster:DualScheduledCluster")
+    assert lock.urn in cluster.dependencies
+
+
+def test_cluster_name_lock_is_keyed_on_the_cluster_name():
+    rendered = render_raw(variant("dev", lambda raw: raw["slurm"].update(clusterName="renamed")))
+    (lock,) = [r for r in rendered.resources if r.name.endswith(CLUSTER_NAME_LOCK)]
+    assert lock.inputs["keepers"] == {"clusterName": "renamed"}

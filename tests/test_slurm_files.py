@@ -76,7 +76,7 @@ def test_rendered_file_matches_golden(stack: str, name: str):
 # slurm.conf(5) parameters the template may set; a typo in the template fails here.
 SLURM_CONF_KEYS = {
     "ClusterName", "SlurmctldHost", "SlurmctldPort", "SlurmdPort", "SlurmUser", "SlurmctldParameters",
-    "AuthType", "AuthInfo", "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
+    "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
     "SlurmctldLogFile", "SlurmdLogFile", "SlurmctldDebug", "SlurmdDebug", "DisableRootJobs", "ProctrackType", "TaskPlugin",
     "SchedulerType", "SelectType", "SelectTypeParameters", "GresTypes", "PriorityType", "PriorityDecayHalfLife",
     "PriorityWeightFairshare", "PriorityWeightAge", "PriorityWeightPartition", "PriorityWeightJobSize",

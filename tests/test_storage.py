@@ -6,7 +6,8 @@ import pytest
 
 from rendering import container, mounts, render_raw, render_stack, variant, volume
 
-CONSUMERS = {"slurm": "slurm", "inference": "inference", "jobs": "slurm-jobs"}
+# The submission namespace has none: its pods only submit, the jobs use /shared on the Slurm nodes.
+CONSUMERS = {"slurm": "slurm", "inference": "inference"}
 
 
 def _volumes(rendered) -> dict:
@@ -28,7 +29,7 @@ def test_one_volume_and_claim_per_consuming_namespace(stack):
     rendered = render_stack(stack)
     volumes, claims = _volumes(rendered), _claims(rendered)
     assert sorted(volumes) == sorted(claims) == sorted(CONSUMERS)
-    assert len(rendered.by_kind("PersistentVolume")) == 3
+    assert len(rendered.by_kind("PersistentVolume")) == 2
     for consumer, claim in claims.items():
         assert claim.namespace == CONSUMERS[consumer]
 
@@ -58,10 +59,9 @@ def test_volumes_are_retained_static_and_sized_from_config(stack):
         assert volume_.namespace is None
 
 
-def test_slurm_and_jobs_read_write_inference_read_only():
+def test_slurm_reads_and_writes_inference_reads_only():
     volumes = _volumes(render_stack("dev"))
     assert volumes["slurm"].manifest["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert volumes["jobs"].manifest["spec"]["accessModes"] == ["ReadWriteMany"]
     assert volumes["inference"].manifest["spec"]["accessModes"] == ["ReadOnlyMany"]
 
 

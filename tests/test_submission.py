@@ -1,4 +1,4 @@
-"""JobSubmission: a namespace where Kubernetes Jobs have what they need to sbatch into Slurm."""
+"""JobSubmission: Kubernetes Jobs sbatch into Slurm with minted tokens, never the munge key."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import pytest
 
 from components.common import child, meta
 from components.program import build
-from config.models import SlurmUser
+from components.programs import source
+from config.models import SubmissionIdentity
 from rendering import container, mounts, pod_spec, render_raw, render_stack, render_with_registrations, variant, volume
 
 PSA = "pod-security.kubernetes.io"
+SCRIPT = "#!/bin/sh\n#SBATCH --job-name=train\nsrun hostname\n"
 
 
 def _client_config(rendered):
@@ -19,36 +21,34 @@ def _client_config(rendered):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_submission_namespace_is_baseline(stack):
+def test_submission_namespace_enforces_restricted(stack):
+    """Nothing in it runs as root any more: the munged sidecar is gone."""
     labels = render_stack(stack).named("Namespace", "slurm-jobs").manifest["metadata"]["labels"]
-    assert labels[f"{PSA}/enforce"] == "baseline"
-    assert labels[f"{PSA}/warn"] == "restricted"
+    assert labels[f"{PSA}/enforce"] == labels[f"{PSA}/warn"] == "restricted"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_client_config_is_the_clusters_slurm_conf_only(stack):
+def test_client_config_is_slurm_conf_and_the_two_programs(stack):
     rendered = render_stack(stack)
     config_map = _client_config(rendered)
     assert config_map.namespace == "slurm-jobs"
-    assert config_map.manifest["data"] == {"slurm.conf": rendered.slurm_files["slurm.conf"]}
-
-
-def _identity(rendered):
-    config_maps = rendered.in_namespace("slurm-jobs", "ConfigMap")
-    [config_map] = [c for c in config_maps if c.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "identity"]
-    return config_map
+    assert config_map.manifest["data"] == {
+        "slurm.conf": rendered.slurm_files["slurm.conf"],
+        "sbatch_wait.sh": source("sbatch_wait.sh"),
+        "token_fetcher.py": source("token_fetcher.py"),
+    }
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_namespace_holds_the_client_config_users_munge_key_and_a_shared_claim(stack):
+def test_namespace_holds_no_secret_and_no_claim(stack):
+    """A Job creator there can read nothing that authenticates to Slurm, and cannot touch /shared."""
     rendered = render_stack(stack)
-    kinds = sorted(obj.kind for obj in rendered.in_namespace("slurm-jobs"))
-    assert kinds == ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Secret"]
-    [secret] = rendered.in_namespace("slurm-jobs", "Secret")
-    assert set(secret.manifest["data"]) == {"munge.key"}
-    config_maps = {c.name for c in rendered.in_namespace("slurm-jobs", "ConfigMap")}
-    assert config_maps == {_client_config(rendered).name, _identity(rendered).name}
-    assert set(_identity(rendered).manifest["data"]) == {"users", "groups"}
+    kinds = {obj.kind for obj in rendered.in_namespace("slurm-jobs")}
+    assert "Secret" not in kinds and "PersistentVolumeClaim" not in kinds, kinds
+    accounts = {a.name for a in rendered.in_namespace("slurm-jobs", "ServiceAccount")}
+    assert accounts == {identity.service_account for identity in rendered.config.submission.identities}
+    for account in rendered.in_namespace("slurm-jobs", "ServiceAccount"):
+        assert account.manifest["automountServiceAccountToken"] is False
 
 
 def test_disabled_submission_creates_nothing_for_it():
@@ -56,21 +56,21 @@ def test_disabled_submission_creates_nothing_for_it():
     assert not rendered.in_namespace("slurm-jobs")
     assert not [n for n in rendered.by_kind("Namespace") if n.name == "slurm-jobs"]
     assert not rendered.components("dualsched:submission:JobSubmission")
+    assert not rendered.components("dualsched:tokens:TokenMinter")
 
 
-BOB = SlurmUser(name="bob", uid=2002, gid=3000)
+TRAINER = SubmissionIdentity(service_account="trainer", user="alice", account="ml")
 
 
 def _with_sbatch_job(config):
     cluster = build(config)
-    submission = cluster.submission
     k8s.batch.v1.Job(
         "train",
-        metadata=meta(namespace=submission.namespace),
+        metadata=meta(namespace=cluster.submission.namespace),
         spec=k8s.batch.v1.JobSpecArgs(
             backoff_limit=0,
             template=k8s.core.v1.PodTemplateSpecArgs(
-                spec=submission.sbatch_pod_spec("jobs/train.sbatch", BOB, ("--partition=gpu", "--nodes=2"))
+                spec=cluster.submission.sbatch_pod_spec(SCRIPT, TRAINER, ("--partition=gpu", "--nodes=2"))
             ),
         ),
         opts=child(cluster),
@@ -83,66 +83,53 @@ def with_job():
     return render_with_registrations(render_stack("dev").config, "dev", program=_with_sbatch_job)
 
 
-def test_sbatch_pod_submits_a_script_from_shared_storage_and_waits(with_job):
+def test_sbatch_pod_submits_the_script_text_and_waits_with_a_renewed_token(with_job):
     job = with_job.one("Job")
     assert job.namespace == "slurm-jobs"
     sbatch = container(job, "sbatch")
-    assert sbatch["command"] == ["sbatch", "--wait", "--partition=gpu", "--nodes=2", "/shared/jobs/train.sbatch"]
-    assert sbatch["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
+    assert sbatch["command"] == ["bash", "/opt/dualsched/sbatch_wait.sh", "--partition=gpu", "--nodes=2"]
+    env = {e["name"]: e["value"] for e in sbatch["env"]}
+    assert env == {"SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_TOKEN_FILE": "/run/slurm-token/token",
+                   "BATCH_SCRIPT": SCRIPT, "SBATCH_ACCOUNT": "ml"}  # fmt: skip
     assert pod_spec(job)["restartPolicy"] == "Never"
 
 
-def test_sbatch_pod_mounts_client_config_users_munge_and_shared_storage(with_job):
+def test_the_token_sidecar_starts_first_and_holds_the_only_credential(with_job):
     job = with_job.one("Job")
-    namespace_objects = {obj.kind: obj for obj in with_job.in_namespace("slurm-jobs") if obj.kind not in ("Job", "ConfigMap")}
-    assert volume(job, "slurm-config")["configMap"] == {"name": _client_config(with_job).name}
-    assert volume(job, "identity")["configMap"] == {"name": _identity(with_job).name}
-    assert volume(job, "munge-key")["secret"]["secretName"] == namespace_objects["Secret"].name
-    assert volume(job, "shared")["persistentVolumeClaim"] == {"claimName": namespace_objects["PersistentVolumeClaim"].name}
+    spec = pod_spec(job)
+    assert spec["serviceAccountName"] == "trainer" and spec["automountServiceAccountToken"] is False
+    [sidecar] = spec["initContainers"]
+    assert sidecar["name"] == "slurm-token" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["startupProbe"]["exec"]["command"] == ["test", "-s", "/run/slurm-token/token"]
+    projected = volume(job, "sa-token")["projected"]["sources"][0]["serviceAccountToken"]
+    assert projected == {"audience": "dualsched-slurm", "expirationSeconds": 600, "path": "token"}
+    assert mounts(sidecar)["/var/run/secrets/dualsched"]["readOnly"] is True
+    assert "/var/run/secrets/dualsched" not in mounts(container(job, "sbatch"))
+    assert volume(job, "slurm-token")["emptyDir"] == {"medium": "Memory"}
+    assert mounts(container(job, "sbatch"))["/run/slurm-token"]["readOnly"] is True
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["FETCHER_MINTER_URL"] == "http://slurm-token-minter.slurm.svc.cluster.local:8080/token"
+
+
+def test_sbatch_pod_mounts_no_munge_and_no_shared_storage(with_job):
+    job = with_job.one("Job")
+    volumes = {v["name"] for v in pod_spec(job)["volumes"]}
+    assert volumes == {"client", "slurm-token", "tmp", "sa-token", "identity"}
     sbatch_mounts = mounts(container(job, "sbatch"))
-    assert sbatch_mounts["/etc/slurm"]["readOnly"] is True
-    assert sbatch_mounts["/shared"]["name"] == "shared"
-    assert sbatch_mounts["/run/munge"]["name"] == "munge-socket"
+    assert sbatch_mounts["/etc/slurm"] == {"name": "client", "mountPath": "/etc/slurm", "readOnly": True}
     assert sbatch_mounts["/etc/passwd"] == {"name": "identity", "mountPath": "/etc/passwd", "subPath": "users", "readOnly": True}
-    assert sbatch_mounts["/etc/group"] == {"name": "identity", "mountPath": "/etc/group", "subPath": "groups", "readOnly": True}
-    assert container(job, "munged")["restartPolicy"] == "Always"
 
 
-def test_sbatch_pod_is_unprivileged(with_job):
+def test_sbatch_pod_runs_as_the_identitys_user_unprivileged(with_job):
+    """slurmctld refuses a submission whose uid is not the token's user: the pod runs as that user."""
     job = with_job.one("Job")
-    context = container(job, "sbatch")["securityContext"]
-    assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
-    assert pod_spec(job)["automountServiceAccountToken"] is False
-
-
-def test_sbatch_runs_as_the_given_user_and_group(with_job):
-    """munge vouches for the uid sbatch runs as: that is the Slurm job's owner."""
-    job = with_job.one("Job")
-    assert container(job, "sbatch")["securityContext"]["runAsUser"] == BOB.uid == 2002
-    assert container(job, "sbatch")["securityContext"]["runAsGroup"] == BOB.group_id == 3000
-
-
-def test_sbatch_user_gid_defaults_to_the_uid():
-    config = render_stack("dev").config
-    alice = config.slurm.users[0]
-    assert alice.gid is None and alice.group_id == alice.uid
-
-    def program(config):
-        cluster = build(config)
-        k8s.batch.v1.Job(
-            "as-alice",
-            metadata=meta(namespace=cluster.submission.namespace),
-            spec=k8s.batch.v1.JobSpecArgs(
-                template=k8s.core.v1.PodTemplateSpecArgs(spec=cluster.submission.sbatch_pod_spec("jobs/a.sbatch", alice))
-            ),
-            opts=child(cluster),
-        )
-        return cluster
-
-    job = render_with_registrations(config, "dev", program=program).one("Job")
-    assert container(job, "sbatch")["securityContext"]["runAsUser"] == alice.uid
-    assert container(job, "sbatch")["securityContext"]["runAsGroup"] == alice.uid
-    assert container(job, "sbatch")["command"] == ["sbatch", "--wait", "/shared/jobs/a.sbatch"]
+    alice = with_job.config.slurm.users[0]
+    assert pod_spec(job)["securityContext"] == {"runAsNonRoot": True, "runAsUser": alice.uid,
+                                                "runAsGroup": alice.group_id, "fsGroup": alice.group_id}  # fmt: skip
+    for name in ("sbatch", "slurm-token"):
+        context = container(job, name)["securityContext"]
+        assert context["runAsUser"] == alice.uid and context["runAsNonRoot"] is True
+        assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_sbatch_job_validates_against_the_schema(with_job):

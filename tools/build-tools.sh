@@ -14,7 +14,7 @@
 #   TOOL is one of: kube-apiserver pulumi kube-controller-manager kube-scheduler
 #                   pulumi-resource-kubernetes etcd kwok pulumi-language-python
 #                   pulumi-resource-random kubectl kubelet kube-proxy coredns
-#                   gpu-device-plugin-double   (default: all)
+#                   gpu-device-plugin-double kube-router   (default: all)
 # Env: DUALSCHED_TOOLS_CACHE, GOMODCACHE/GOCACHE (shared, default go env),
 #      DUALSCHED_TOOLS_FORCE=1 (rebuild even if cached), GOTOOLCHAIN (default: local),
 #      DUALSCHED_TOOLS_JOBS=2 (parallel lanes: A = Kubernetes/etcd/KWOK, B = Pulumi; 1 = sequential).
@@ -39,7 +39,7 @@ FORCE="${DUALSCHED_TOOLS_FORCE:-0}"
 
 ALL_TOOLS=(kube-apiserver pulumi kube-controller-manager kube-scheduler pulumi-resource-kubernetes
            etcd kwok pulumi-language-python pulumi-resource-random kubectl kubelet kube-proxy coredns
-           gpu-device-plugin-double)
+           gpu-device-plugin-double kube-router)
 
 log() { echo "[tools] $*"; }
 die() { echo "[tools] ERROR: $*" >&2; exit 1; }
@@ -48,6 +48,7 @@ tool_version() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet|kube-proxy) echo "$KUBERNETES_VERSION" ;;
     coredns) echo "$COREDNS_VERSION" ;;
+    kube-router) echo "$KUBE_ROUTER_VERSION" ;;
     gpu-device-plugin-double) echo "$GPU_DEVICE_PLUGIN_DOUBLE_VERSION" ;;
     pulumi) echo "$PULUMI_VERSION" ;;
     pulumi-language-python) echo "$PULUMI_LANGHOST_VERSION" ;;
@@ -69,6 +70,7 @@ probe_version() {
     kubectl) out=$("$bin" version --client 2>/dev/null | awk '/Client Version/{print $3}') ;;
     etcd) out=$("$bin" --version 2>/dev/null | awk '/etcd Version/{print "v"$3}') ;;
     kwok) out=$("$bin" --version 2>/dev/null | grep -o 'v\?[0-9]\+\.[0-9]\+\.[0-9]\+' | head -1) ;;
+    kube-router) out=$("$bin" --version 2>/dev/null | grep -o 'v[0-9]\+\.[0-9]\+\.[0-9]\+' | head -1) ;;
     *) out="" ;;   # plugins/langhost: never reuse an unknown binary from PATH
   esac
   out=${out#v}; [ -n "$out" ] && echo "v$out"
@@ -274,6 +276,19 @@ build_coredns() {
     go mod edit -require="github.com/coredns/coredns@$v"
     go mod tidy
     go build -trimpath -ldflags "-s -w" -o "$out/coredns" .
+  )
+}
+
+# ------------------------------------------------ kube-router (the real node's NetworkPolicy enforcer)
+build_kube-router() {
+  local v=$KUBE_ROUTER_VERSION d out
+  d=$(new_wrapper "kube-router-$v" 1.26.0)
+  out=$(tool_bindir kube-router); mkdir -p "$out"
+  (
+    cd "$d"
+    go get -tool "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$v"
+    go build -trimpath -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$v" \
+      -o "$out/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
   )
 }
 

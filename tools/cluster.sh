@@ -289,9 +289,17 @@ cmd_up() {
     --unsafe-no-fsync --log-level warn
   wait_for 60 "etcd" etcd_healthy
 
+  # With KWOK nothing in a pod calls the API. A real node's pods do (the token minter's TokenReview):
+  # they reach it through the `kubernetes` Service, whose endpoint must be this host's address.
+  local api_address=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1) api_endpoints=(--endpoint-reconciler-type none)
+  if [ "$nodes_file" = none ]; then
+    local address; address="$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
+    [ -n "$address" ] || die "no IPv4 address with a default route: the node's pods could not reach the API server"
+    api_address=(--bind-address 0.0.0.0 --advertise-address "$address") api_endpoints=(--endpoint-reconciler-type lease)
+  fi
   start_proc kube-apiserver "$API_PORT" -- "$(bin_of kube-apiserver)" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    "${api_address[@]}" --secure-port "$API_PORT" \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
     --client-ca-file "$p/ca.crt" \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
@@ -307,7 +315,7 @@ cmd_up() {
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --proxy-client-cert-file "$p/front-proxy-client.crt" --proxy-client-key-file "$p/front-proxy-client.key" \
-    --endpoint-reconciler-type none \
+    "${api_endpoints[@]}" \
     --profiling=false --v 1
   wait_for 120 "kube-apiserver /readyz" api_healthy
 

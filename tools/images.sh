@@ -10,9 +10,10 @@
 # tests the project's pods, commands, probes, mounts and security contexts, not those
 # exact versions. No registry is ever contacted: the images are imported from archives.
 #
-#   dualsched.local/slurm:22.05        slurmctld slurmd slurmdbd slurm-client munge (no munge key)
+#   dualsched.local/slurm:22.05        slurmctld slurmd slurmdbd slurmrestd slurm-client munge, auth/jwt (no keys)
 #   dualsched.local/mariadb:10.11      mariadb-server mariadb-client (empty /var/lib/mysql)
 #   dualsched.local/vllm-standin:1     python3 + tools/images/vllm_standin.py as /usr/local/bin/vllm
+#   dualsched.local/python:3.11        python3 alone: the token minter and the Jobs' token sidecar
 #   dualsched.local/pause:1            busybox from busybox-static: the pod sandbox image
 #
 # Each rootfs is a tarball from `mmdebstrap --format=tar bookworm` (mmdebstrap keeps
@@ -34,7 +35,7 @@
 #   tools/images.sh build  [IMAGE...]                      build missing archives, print their paths
 #   tools/images.sh import [--address SOCK] [IMAGE...]     build if needed, import into SOCK's k8s.io namespace
 #   tools/images.sh list   [IMAGE...]                      name, archive path, size
-#   IMAGE: slurm mariadb vllm-standin pause (default: all)
+#   IMAGE: slurm mariadb vllm-standin python pause (default: all)
 # Env: DUALSCHED_TOOLS_CACHE, DUALSCHED_IMAGES_FORCE=1 (rebuild), DUALSCHED_IMAGES_MIRROR
 #      (an mmdebstrap MIRROR argument, e.g. a URL or a sources file; default: mmdebstrap's
 #      deb.debian.org + bookworm-updates + bookworm-security), CONTAINERD_ADDRESS
@@ -49,7 +50,7 @@ IMAGES_DIR="$CACHE/images"
 SUITE=bookworm
 FORCE="${DUALSCHED_IMAGES_FORCE:-0}"
 MIRROR="${DUALSCHED_IMAGES_MIRROR:-}"
-ALL_IMAGES=(slurm mariadb vllm-standin pause)
+ALL_IMAGES=(slurm mariadb vllm-standin python pause)
 
 # Options of every mmdebstrap run (part of the cache key): no Recommends, no man pages,
 # info or translations, documentation reduced to the copyright files.
@@ -74,9 +75,11 @@ recipe() {
   case "$1" in
     slurm) cat <<'EOF'
 {"ref": "dualsched.local/slurm:22.05", "variant": "essential",
- "packages": ["slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "procps", "bash", "coreutils", "ca-certificates"],
+ "packages": ["slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-wlm-jwt-plugin", "slurm-client", "munge", "procps",
+              "bash", "coreutils", "ca-certificates"],
  "drop": ["etc/munge/munge.key"],
- "require": ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/slurmdbd", "/usr/bin/sbatch",
+ "require": ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/slurmdbd", "/usr/sbin/slurmrestd",
+             "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so", "/usr/bin/sbatch",
              "/usr/bin/scontrol", "/usr/bin/sinfo", "/usr/bin/sacct", "/usr/bin/sacctmgr", "/bin/sh", "/usr/sbin/mungekey", "/usr/bin/munge", "/usr/bin/unmunge"],
  "entrypoint": null, "cmd": ["/bin/sh"]}
 EOF
@@ -96,6 +99,14 @@ EOF
  "require": ["/usr/local/bin/vllm", "/usr/bin/python3", "/usr/bin/env", "/bin/sh"],
  "env": ["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"],
  "entrypoint": null, "cmd": ["/usr/local/bin/vllm", "--help"]}
+EOF
+    ;;
+    python) cat <<'EOF'
+{"ref": "dualsched.local/python:3.11", "variant": "essential",
+ "packages": ["python3"],
+ "require": ["/usr/bin/python3", "/bin/sh", "/usr/bin/test"],
+ "env": ["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"],
+ "entrypoint": null, "cmd": ["/usr/bin/python3"]}
 EOF
     ;;
     pause) cat <<'EOF'

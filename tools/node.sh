@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes node on this machine, joined to the control plane of tools/cluster.sh:
 # containerd + runc (Debian), CNI bridge networking (Debian's plugins), kubelet and kube-proxy
-# (built from k8s.io/kubernetes by tools/build-tools.sh), cluster DNS (CoreDNS, same), and the
+# (built from k8s.io/kubernetes by tools/build-tools.sh), cluster DNS (CoreDNS, same), NetworkPolicy
+# enforcement (kube-router's policy controller only: the bridge plugin enforces none), and the
 # nvidia.com/gpu device plugin double (tools/gosrc/gpu-device-plugin-double). Images come from
 # tools/images.sh (built here from Debian packages), imported into this node's containerd.
 #
@@ -36,12 +37,13 @@ OWNER_DIR=/run/dualsched-node
 BRIDGE=dualsched0
 POD_CIDR=10.244.0.0/24
 CLUSTER_CIDR=10.244.0.0/16
+SERVICE_CIDR=10.96.0.0/16   # as tools/cluster.sh gives the API server
 DNS_IP=169.254.20.10
 CGROUP_ROOT=/dualsched
 KUBELET_DIR=/var/lib/kubelet
 CNI_BIN=/usr/lib/cni
-DEBS=(containerd runc containernetworking-plugins iptables conntrack)
-DAEMONS=(containerd kubelet gpu-device-plugin-double kube-proxy coredns)
+DEBS=(containerd runc containernetworking-plugins iptables conntrack ipset)
+DAEMONS=(containerd kubelet gpu-device-plugin-double kube-proxy coredns kube-router)
 
 log() { echo "[node] $*"; }
 die() { echo "[node] ERROR: $*" >&2; exit 1; }
@@ -106,6 +108,7 @@ gen_pki() {
   sign_client kubelet "/O=system:nodes/CN=system:node:$NODE"
   sign_client kube-proxy "/CN=system:kube-proxy"          # bound to system:node-proxier by default
   sign_client coredns "/CN=dualsched:coredns"             # bound below to read-only discovery
+  sign_client kube-router "/CN=dualsched:kube-router"     # bound below to read-only policy inputs
   # kubelet serving certificate (apiserver -> kubelet for logs and exec)
   if [ ! -f "$DIR/pki/kubelet-serving.crt" ]; then
     printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:%s,IP:127.0.0.1,DNS:%s\n' \
@@ -116,7 +119,7 @@ gen_pki() {
       -CAcreateserial -out "$DIR/pki/kubelet-serving.crt" -days 3650 -extfile "$DIR/pki/serving.ext" 2>/dev/null
     rm -f "$DIR/pki/kubelet-serving.csr"; chmod 600 "$DIR/pki/kubelet-serving.key"
   fi
-  local n; for n in kubelet kube-proxy coredns; do kubeconfig_for "$n"; done
+  local n; for n in kubelet kube-proxy coredns kube-router; do kubeconfig_for "$n"; done
 }
 
 # ------------------------------------------------------------------ containerd and CNI
@@ -265,6 +268,32 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dualsched:co
 EOF
 }
 
+# kube-router's NetworkPolicy controller: pods, namespaces and policies become iptables rules and
+# ipsets on this node. It only reads: its informers watch these kinds (pkg/cmd/kube-router.go, v2.1.0).
+start_kube_router() {
+  kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "dualsched:kube-router"}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces, services, endpoints], verbs: [list, watch]}
+- {apiGroups: [""], resources: [nodes], verbs: [get, list, watch]}   # its own node's address
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "dualsched:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "dualsched:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dualsched:kube-router"}]
+EOF
+  start_daemon kube-router "$(bin_of kube-router "$KUBE_ROUTER_VERSION")" \
+    --kubeconfig "$DIR/kube-router.kubeconfig" --hostname-override "$NODE" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+    --service-cluster-ip-range "$SERVICE_CIDR" --health-port 0 --metrics-port 0 --v 1
+}
+policies_enforced() { iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1; }
+
 node_registered() { kc get node "$NODE" -o name >/dev/null 2>&1; }
 node_ready() {
   [ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
@@ -324,16 +353,18 @@ cmd_up() {
   start_daemon kube-proxy "$(bin_of kube-proxy "$KUBERNETES_VERSION")" --config "$DIR/kube-proxy-config.yaml" --v 1
   write_corefile
   start_daemon coredns "$(bin_of coredns "$COREDNS_VERSION")" -conf "$DIR/Corefile"
+  start_kube_router
   wait_for 180 "node $NODE Ready" node_ready
   wait_for 60 "nvidia.com/gpu=$GPUS allocatable on $NODE (device plugin double)" node_has_gpus
   wait_for 60 "cluster DNS on $DNS_IP" dns_answers
+  wait_for 60 "NetworkPolicy enforcement (kube-router's chains)" policies_enforced
   log "up in $(( $(date +%s) - t0 ))s: node $NODE Ready, $GPUS GPUs (double), DNS $DNS_IP, pods on $POD_CIDR"
 }
 
 cmd_down() {
   [ -d "$DIR" ] || { log "no node in $DIR"; return 0; }
   local sock="$DIR/containerd/containerd.sock" id
-  stop_daemon coredns; stop_daemon kube-proxy; stop_daemon gpu-device-plugin-double; stop_daemon kubelet
+  stop_daemon kube-router; stop_daemon coredns; stop_daemon kube-proxy; stop_daemon gpu-device-plugin-double; stop_daemon kubelet
   if containerd_ready; then
     # every pod sandbox of this node, so their network namespaces and mounts go too
     for id in $(container_task_ids); do
@@ -350,13 +381,17 @@ cmd_down() {
   local ns; for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
   ip link delete "$BRIDGE" 2>/dev/null || true
   ip addr del "$DNS_IP/32" dev lo 2>/dev/null || true
-  # iptables rules and chains of kube-proxy, the kubelet and the CNI plugins: each table is saved,
+  # iptables rules and chains of kube-proxy, kube-router, the kubelet and the CNI plugins: each table is saved,
   # stripped of the KUBE-*/CNI-* chains and the rules that jump to them, and restored whole.
   local table; for table in filter nat mangle; do
     iptables-save -t "$table" 2>/dev/null | python3 -c '
 import re, sys
 ours = re.compile(r"(^:|-j |-A )(KUBE-|CNI-)")
 sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptables-restore -T "$table" 2>/dev/null || true
+  done
+  # kube-router's ipsets (KUBE-SRC-/KUBE-DST-..., kube-router-...), unreferenced now that its chains are gone
+  local name; for name in $(ipset list -n 2>/dev/null); do
+    case "$name" in KUBE-*|kube-router*) ipset destroy "$name" 2>/dev/null || true ;; esac
   done
   local c; for c in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true

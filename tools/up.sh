@@ -108,9 +108,13 @@ case "$ACTION" in
     exit 0 ;;
   destroy)
     step_start "pulumi destroy --stack $STACK (node labels/taints and volumes are retained on purpose)"
+    # Every stack protects its ClusterName lock (docs/architecture.md); this destroy is deliberate.
+    lock=$(pulumi stack export --stack "$STACK" | "$VENV/bin/python" -c 'import json, sys
+print(*(r["urn"] for r in json.load(sys.stdin)["deployment"].get("resources") or [] if r["urn"].endswith("-cluster-name-lock")))')
+    [ -z "$lock" ] || pulumi state unprotect --stack "$STACK" --yes "$lock"
     pulumi destroy --stack "$STACK" --yes --non-interactive
     step_done "destroy"
-    log "kept: labels/taints on the pool nodes, the shared-storage PersistentVolumes (reclaim Retain)"
+    log "kept: labels/taints on the pool nodes, the shared-storage PersistentVolumes (reclaim Retain), the Slurm namespace with the controller state and database claims"
     exit 0 ;;
 esac
 

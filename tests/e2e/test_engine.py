@@ -3,8 +3,10 @@
 One stack goes through a life in this order (module-scoped fixtures, tests in file order):
 preview + up of dev -> placement, storage, Pod Security, no-op preview, no secrets in the export
 -> a new partition (configuration only) -> a variant with a Slurm-dedicated pool on two more GPU
-nodes -> destroy (what is retained stays). A second, small stack with ``protect: true`` must refuse
-to be destroyed. The world (cluster, project copy, backend) comes from conftest.py.
+nodes -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
+retained stays: the Slurm namespace with the controller state and database claims, the shared PVs,
+the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. The world
+(cluster, project copy, backend) comes from conftest.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
+from components.slurm_config import CLUSTER_NAME_LOCK
 from config import StackConfig, parse_stack_config
 
 from e2e_support import TIMINGS, Steps, World, b64, raw_config
@@ -125,14 +128,16 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     # Kubernetes objects and components: per type, the same as the render
     expected = Counter(r.type for r in render.registrations if not r.type.startswith(("pulumi:", "random:")))
     assert Counter(m.type for m in steps if not m.type.startswith(("pulumi:", "random:"))) == expected
-    # the generated secrets (the render records their values: munge key base64 + hex, DB password)
+    # the generated secrets (the render records their values: munge and JWT keys base64 + hex, DB password)
     assert Counter(m.type for m in steps if m.type.startswith("random:")) == {
-        "random:index/randomBytes:RandomBytes": 1, "random:index/randomPassword:RandomPassword": 1}
-    assert len(render.generated_secrets) == 3
+        "random:index/randomBytes:RandomBytes": 2, "random:index/randomPassword:RandomPassword": 1,
+        "random:index/randomId:RandomId": 1}  # the ClusterName lock
+    assert len(render.generated_secrets) == 5
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
-    assert sum(1 for obj in render.objects) == 37  # 35 + the passwd/group ConfigMaps of two namespaces
+    # with the token minter, slurmrestd and every namespace's NetworkPolicies; no munge key or claim for Jobs
+    assert sum(1 for obj in render.objects) == 52
 
 
 def test_up_succeeds(dev: Deployed):
@@ -170,7 +175,7 @@ def test_claims_are_bound_to_their_volumes(world: World, dev: Deployed):
     config = dev.config
     claims = [c for ns in (config.slurm.namespace, config.inference.namespace, config.submission.namespace)
               for c in world.kget("pvc", "-n", ns)["items"]]
-    assert len(claims) == 5
+    assert len(claims) == 4  # controller state, database, and the Slurm and inference shares; Jobs get none
     volumes = {pv["metadata"]["name"]: pv for pv in world.kget("pv")["items"]}
     for claim in claims:
         name = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
@@ -274,6 +279,27 @@ def test_stack_export_holds_no_plaintext_secret(world: World, dev: Deployed):
     assert not leaked, f"plaintext in `pulumi stack export`: {leaked}"
 
 
+# ------------------------------------------------------------------ 6b. ClusterName change refused
+
+
+def test_cluster_name_change_is_refused_before_anything_changes(world: World, dev: Deployed):
+    """The protected ClusterName lock would be replaced: `up` stops, and since the whole cluster waits
+    for the lock, not even a label has changed (the next preview, in 5., shows only its own change)."""
+    raw = json.loads(json.dumps(dev.raw))
+    raw["slurm"]["clusterName"] = "renamed"
+    world.write_config("dev", raw)
+    try:
+        with pytest.raises(auto.CommandError) as refused:
+            timed("up (ClusterName change, refused)", dev.stack.up, color="never")
+    finally:
+        world.write_config("dev", dev.raw)
+    message = str(refused.value)
+    assert "protect" in message and CLUSTER_NAME_LOCK in message, message[-3000:]
+    name = dev.config.slurm.cluster_name
+    assert f"ClusterName={name}\n" in world.kget("configmap", "slurm-config", "-n", "slurm")["data"]["slurm.conf"]
+    assert world.kget("service", "slurmctld", "-n", "slurm")["spec"]["selector"]["app.kubernetes.io/instance"] == name
+
+
 # ------------------------------------------------------------------ 5. configuration-only change
 
 
@@ -367,22 +393,53 @@ def test_no_inference_pod_on_a_dedicated_node(world: World, dedicated: Deployed)
 # ------------------------------------------------------------------ 7. destroy
 
 
+@dataclass
+class Destroyed:
+    deployed: Deployed
+    volumes: set[str]
+    state_claims: set[str]
+    refusal: str
+    left_after_refusal: list[str]  # resource types still in the stack after the refused destroy
+    result: Any
+
+
 @pytest.fixture(scope="module")
-def destroyed(world: World, dedicated: Deployed):
+def destroyed(world: World, dedicated: Deployed) -> Destroyed:
     volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/part-of=dualsched")["items"]}
+    state_claims = {c["metadata"]["name"] for c in world.kget("pvc", "-n", "slurm")["items"]
+                    if c["metadata"]["labels"]["app.kubernetes.io/name"] in ("slurmctld", "mariadb")}
+    # Every stack protects its ClusterName lock: a plain destroy (with --skip-preview, as here) deletes
+    # everything else, then fails at the lock ...
+    with pytest.raises(auto.CommandError) as refused:
+        timed("destroy (dev, refused: ClusterName lock)", dedicated.stack.destroy, color="never")
+    resources = dedicated.stack.export_stack().deployment["resources"]
+    left = [r["type"] for r in resources if not r["type"].startswith("pulumi:")]
+    # ... which goes too once it is unprotected on purpose (README, "Data that outlives the program")
+    (lock,) = [r["urn"] for r in resources if r["urn"].endswith(CLUSTER_NAME_LOCK)]
+    world.run(["pulumi", "state", "unprotect", lock, "--stack", "dev", "--yes", "--cwd", str(world.project)])
     result = timed("destroy (dev)", dedicated.stack.destroy, color="never")
-    return dedicated, volumes, result
+    return Destroyed(dedicated, volumes, state_claims, str(refused.value), left, result)
 
 
-def test_destroy_removes_all_but_what_is_retained(world: World, destroyed):
-    deployed, volumes, result = destroyed
+def test_destroy_is_refused_until_the_cluster_name_lock_is_lifted(destroyed: Destroyed):
+    assert "protected" in destroyed.refusal and CLUSTER_NAME_LOCK in destroyed.refusal, destroyed.refusal[-3000:]
+    assert destroyed.left_after_refusal == ["random:index/randomId:RandomId"]
+
+
+def test_destroy_removes_all_but_what_is_retained(world: World, destroyed: Destroyed):
+    deployed, volumes, result = destroyed.deployed, destroyed.volumes, destroyed.result
     config = deployed.config
     assert result.summary.result == "succeeded"
     namespaces = {ns["metadata"]["name"]: ns for ns in world.kget("namespaces")["items"]}
-    for name in (config.slurm.namespace, config.inference.namespace, config.submission.namespace):
+    for name in (config.inference.namespace, config.submission.namespace):
         assert name not in namespaces or namespaces[name]["status"]["phase"] == "Terminating", name
-    # retained on purpose: the shared-storage PVs (reclaim Retain) and the node labels/taints
-    assert len(volumes) == 3
+    # retained on purpose: the Slurm namespace with the controller state and database claims ...
+    assert namespaces[config.slurm.namespace]["status"]["phase"] == "Active"
+    assert len(destroyed.state_claims) == 2
+    assert destroyed.state_claims <= {c["metadata"]["name"] for c in world.kget("pvc", "-n", config.slurm.namespace)["items"]}
+    assert not world.kget("daemonsets,statefulsets,deployments", "-n", config.slurm.namespace)["items"]
+    # ... the shared-storage PVs (reclaim Retain) and the node labels/taints
+    assert len(volumes) == 2  # the Slurm and inference shares; Jobs have none
     left = {pv["metadata"]["name"] for pv in world.kget("pv")["items"]}
     assert volumes <= left
     check_node_placement(world, config)

@@ -39,5 +39,8 @@ def with_shared_path(config: dict, path: Path) -> dict:
 
 
 def local_config(world: NodeWorld) -> dict:
-    """The checkout's local stack, its shared directory in this session's temp dir."""
-    return with_shared_path(raw_config("local"), world.shared)
+    """The checkout's local stack, its shared directory in this session's temp dir and its API server's
+    port (a free one, not 6443) open to the token minter."""
+    config = with_shared_path(raw_config("local"), world.shared)
+    config["network"]["apiServerPorts"] = [int(world.env["DUALSCHED_APISERVER_PORT"])]
+    return config

@@ -7,6 +7,7 @@ operator would check a new cluster: pods, then Slurm, then a job, then failures 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -14,6 +15,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+from components.programs.token_minter import encode, mint
+from components.slurm_files import JWT_KEY_FILE
 from config.quantities import parse_quantity
 from node_support import JOB_USER_UID, NodeWorld, local_config
 from e2e_support import TIMINGS, tail
@@ -98,14 +101,14 @@ def all_ready(pods: list[dict]) -> bool:
     return bool(pods) and all(ready(p) for p in pods if p["metadata"].get("deletionTimestamp") is None)
 
 
-def up(world: NodeWorld, config: dict, job: Optional[dict] = None) -> None:
+def up(world: NodeWorld, config: dict, jobs: Optional[list[dict]] = None) -> None:
     stack = world.stack(STACK, config)
-    if job is None:
-        stack.remove_config("nodetest:job")
+    if jobs is None:
+        stack.remove_config("nodetest:jobs")
     else:
         from pulumi import automation as auto
 
-        stack.set_config("nodetest:job", auto.ConfigValue(json.dumps(job)))
+        stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps(jobs)))
     start = time.monotonic()
     result = stack.up(on_output=lambda _: None, color="never")
     TIMINGS.append((f"pulumi up of the local stack ({result.summary.result})", time.monotonic() - start))
@@ -187,22 +190,33 @@ def test_sinfo_shows_the_real_node_idle_with_its_gpus(cluster):
     assert re.search(r"NodeAddr=(\d+\.){3}\d+", node), node
 
 
+TRAIN = {"name": "train-tiny", "serviceAccount": "trainer", "script": TRAIN_SCRIPT,
+         "args": ["--partition=gpu", "--gres=gpu:1", "--mem=256M", "--output=/shared/jobs/train-%j.out"]}
+# What someone allowed to create Jobs in the submission namespace might try instead.
+INTRUDER = {"name": "intruder", "serviceAccount": "intruder", "user": "alice", "script": "#!/bin/sh\ntrue\n",
+            "args": ["--output=/dev/null"]}
+FORGED_UID = {**TRAIN, "name": "forged-uid", "uid": JOB_USER_UID + 1, "script": "#!/bin/sh\ntrue\n", "args": ["--output=/dev/null"]}
+AS_ROOT = {**FORGED_UID, "name": "as-root", "uid": 0}
+
+
+def finished_job(world: NodeWorld, name: str) -> Optional[dict]:
+    job = world.kget("job", "-n", JOBS_NS, name)
+    return job if job["status"].get("succeeded") or job["status"].get("failed") else None
+
+
+def job_logs(world: NodeWorld, name: str, container: str) -> str:
+    result = world.kubectl("logs", "-n", JOBS_NS, f"job/{name}", "-c", container, check=False)
+    return result.stdout + result.stderr
+
+
 def test_a_kubernetes_job_runs_a_slurm_job_as_a_named_user_that_writes_a_checkpoint(cluster):
     world = cluster.world
-    (world.shared / "jobs" / "train.sbatch").write_text(TRAIN_SCRIPT)
-    job = {"name": "train-tiny", "user": "alice", "script": "jobs/train.sbatch",
-           "args": ["--partition=gpu", "--gres=gpu:1", "--mem=256M", "--output=/shared/jobs/train-%j.out"]}
-    up(world, local_config(world), job=job)
-
-    def finished() -> Optional[dict]:
-        jobs = world.kget("jobs", "-n", JOBS_NS)["items"]
-        done = [j for j in jobs if j["status"].get("succeeded") or j["status"].get("failed")]
-        return done[0] if done else None
-
-    k8s_job = wait_until("the sbatch Job to finish", finished, timeout=300)
-    logs = world.kubectl("logs", "-n", JOBS_NS, f"job/{k8s_job['metadata']['name']}", "-c", "sbatch", check=False)
-    assert k8s_job["status"].get("succeeded") == 1, logs.stdout + logs.stderr
-    job_id = int(re.search(r"Submitted batch job (\d+)", logs.stdout).group(1))
+    up(world, local_config(world), jobs=[TRAIN, INTRUDER, FORGED_UID, AS_ROOT])
+    k8s_job = wait_until("the sbatch Job to finish", lambda: finished_job(world, TRAIN["name"]), timeout=300)
+    logs = job_logs(world, TRAIN["name"], "sbatch")
+    assert k8s_job["status"].get("succeeded") == 1, logs + job_logs(world, TRAIN["name"], "slurm-token")
+    assert "token for alice" in job_logs(world, TRAIN["name"], "slurm-token")
+    job_id = int(re.search(r"Submitted batch job (\d+)", logs).group(1))
     output = (world.shared / "jobs" / f"train-{job_id}.out").read_text()
     assert f"user=alice uid={JOB_USER_UID}" in output, output
     assert "gpus=" in output and "gpus=none" not in output, output
@@ -213,6 +227,64 @@ def test_a_kubernetes_job_runs_a_slurm_job_as_a_named_user_that_writes_a_checkpo
     assert checkpoint.read_text() == f"checkpoint of job {job_id}\n"
     assert checkpoint.stat().st_uid == JOB_USER_UID
     cluster.job_id = job_id
+
+
+def test_the_submission_namespace_holds_no_munge_key_and_no_shared_claim(cluster):
+    secrets = cluster.world.kget("secrets", "-n", JOBS_NS)["items"]
+    assert not [s["metadata"]["name"] for s in secrets if "munge.key" in (s.get("data") or {})]
+    assert cluster.world.kget("pvc", "-n", JOBS_NS)["items"] == []
+    assert "munge.key" in json.dumps(cluster.world.kget("secrets", "-n", SLURM_NS))  # where it does live
+
+
+def test_an_unmapped_service_account_gets_no_token(cluster):
+    world = cluster.world
+    minter = cluster.pod(SLURM_NS, "dualsched-token-minter")["metadata"]["name"]
+    refusal = f"ServiceAccount {JOBS_NS}/{INTRUDER['serviceAccount']} is not mapped"
+    wait_until("the minter to refuse the intruder", lambda: refusal in world.kubectl("logs", "-n", SLURM_NS, minter).stdout)
+    wait_until("the sidecar to report the refusal", lambda: "the minter refused (403)" in job_logs(world, INTRUDER["name"], "slurm-token"))
+    pod = world.kget("pods", "-n", JOBS_NS, "-l", f"job-name={INTRUDER['name']}")["items"][0]
+    # sbatch never started: the sidecar never produced a token
+    assert all("running" not in s["state"] and "terminated" not in s["state"] for s in pod["status"]["containerStatuses"])
+
+
+def test_a_pod_with_another_uid_than_its_user_is_refused_by_slurmctld(cluster):
+    world = cluster.world
+    job = wait_until("the forged-uid Job to finish", lambda: finished_job(world, FORGED_UID["name"]), timeout=180)
+    logs = job_logs(world, FORGED_UID["name"], "sbatch")
+    assert job["status"].get("failed") == 1 and "Batch job submission failed" in logs, logs
+    assert "Submitted batch job" not in logs
+
+
+def test_root_pods_are_refused_in_the_submission_namespace(cluster):
+    def refused() -> Optional[str]:
+        events = cluster.world.kget("events", "-n", JOBS_NS, "--field-selector", f"involvedObject.name={AS_ROOT['name']}")
+        messages = [e.get("message", "") for e in events["items"]]
+        return next((m for m in messages if "violates PodSecurity" in m and "restricted" in m), None)
+
+    message = wait_until("Pod Security to refuse the root pod", refused, timeout=60)
+    assert "runAsUser=0" in message or "runAsNonRoot" in message, message
+
+
+def test_slurmrestd_serves_a_minted_token_and_refuses_a_forged_one(cluster):
+    world = cluster.world
+    secret = next(s for s in world.kget("secrets", "-n", SLURM_NS)["items"] if JWT_KEY_FILE in (s.get("data") or {}))
+    key = base64.b64decode(secret["data"][JWT_KEY_FILE])
+    restd = cluster.pod(SLURM_NS, "dualsched-slurmrestd")["metadata"]["name"]
+
+    def jobs_as(token: str) -> dict:
+        # from inside slurmrestd's pod over loopback (the NetworkPolicies let only the submission
+        # namespace call it), with bash's /dev/tcp: the image has no HTTP client
+        request = ('exec 3<>/dev/tcp/127.0.0.1/6820 && printf "GET /slurm/v0.0.38/jobs HTTP/1.0\\r\\n'
+                   'X-SLURM-USER-NAME: alice\\r\\nX-SLURM-USER-TOKEN: %s\\r\\n\\r\\n" "$1" >&3 && cat <&3')
+        response = cluster.exec(SLURM_NS, restd, "slurmrestd", "bash", "-c", request, "http", token)
+        status, body = response.split(" ", 2)[1], response.split("\r\n\r\n", 1)[1]
+        return {**(json.loads(body) if body.startswith("{") else {"body": body}), "http_status": int(status)}
+
+    answer = wait_until("slurmrestd to answer", lambda: _quiet(lambda: jobs_as(mint(key, "alice", 120))), timeout=120)
+    assert not answer.get("errors"), answer
+    assert cluster.job_id in [job["job_id"] for job in answer["jobs"]]
+    forged = jobs_as(encode(b"not the key", {"exp": int(time.time()) + 120, "sun": "alice"}))
+    assert forged.get("errors") or "jobs" not in forged, forged
 
 
 def test_the_model_server_reads_the_checkpoint_through_its_read_only_mount(cluster):
@@ -238,6 +310,18 @@ def test_root_may_not_run_jobs(cluster):
     assert result.returncode != 0 and "Invalid user id" in result.stderr, result.stderr
     log = cluster.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-0", "-c", "slurmctld").stdout
     assert "SUBMIT_JOB for user root disabled" in log
+
+
+def test_the_database_has_no_remote_root_and_logs_no_password(cluster):
+    pod_ip = cluster.pod(SLURM_NS, "mariadb-0")["status"]["podIP"]
+    # root exists only as root@localhost over the socket (mariadb-install-db --auth-root-authentication-method=socket)
+    remote = cluster.exec(SLURM_NS, "mariadb-0", "mariadb", "mariadb", f"--host={pod_ip}", "--port=3306",
+                          "--user=root", "--execute=SELECT 1", check=False)  # fmt: skip
+    assert remote.returncode != 0 and "Access denied for user 'root'" in remote.stderr, remote.stderr
+    secrets = cluster.world.kget("secrets", "-n", SLURM_NS)["items"]
+    [password] = [base64.b64decode(s["data"]["password"]).decode() for s in secrets if "password" in (s.get("data") or {})]
+    logs = "".join(cluster.world.kubectl("logs", "-n", SLURM_NS, "mariadb-0", "-c", name).stdout for name in ("mariadb-init", "mariadb"))
+    assert password not in logs
 
 
 # ---------------------------------------------------------------- failures and changes

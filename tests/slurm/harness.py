@@ -38,7 +38,10 @@ from typing import Callable, Mapping, Optional, TypeVar
 
 from components.compute import conf_servers
 from components.munge import MUNGE_KEY_BYTES
-from components.slurm_files import ControllerHost, DatabaseEndpoint, Site, render_slurm_files, render_slurmdbd_conf
+from components.slurm_files import (
+    JWT_KEY_FILE, ControllerHost, DatabaseEndpoint, Site, render_slurm_files, render_slurmdbd_conf,
+)
+from components.tokens import JWT_KEY_BYTES
 from config.loader import parse_stack_config
 from config.models import StackConfig
 
@@ -168,6 +171,7 @@ def local_site(config: StackConfig, root: Path, ports: Ports, local_node: Option
         run_dir=str(root / "run"),
         log_dir=str(root / "log"),
         munge_socket=None,
+        jwt_key=str(root / "jwt" / JWT_KEY_FILE),
         # Hybrid cgroups on this kind of machine: slurmd refuses cgroup/v2 ("Hybrid mode is not supported").
         cgroup_plugin="cgroup/v1",
         proctrack_type="proctrack/linuxproc",
@@ -443,7 +447,7 @@ class LocalCluster(SlurmClient):
         super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurm-")))
         # munged wants every directory above its key searchable; mkdtemp makes 0700.
         os.chmod(self.root, 0o755)
-        for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "mysql", "mysql-run"):
+        for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "mysql", "mysql-run", "jwt"):
             (self.root / name).mkdir()
         self.config = config
         self.local_node = local_node
@@ -460,7 +464,20 @@ class LocalCluster(SlurmClient):
     def site(self) -> Site:
         return self.site_for(self.config)
 
+    @property
+    def jwt_key(self) -> bytes:
+        """slurmctld's HS256 key (AuthAltParameters=jwt_key), for tests that mint tokens."""
+        return Path(self.site.jwt_key or "").read_bytes()
+
+    def _write_jwt_key(self) -> None:
+        """Made once per cluster as the library makes it (components.tokens), from os.urandom."""
+        path = Path(self.site.jwt_key or "")
+        if not path.exists():
+            path.write_bytes(os.urandom(JWT_KEY_BYTES))
+            path.chmod(0o600)
+
     def render(self, config: StackConfig) -> dict[str, str]:
+        self._write_jwt_key()  # slurmctld exits without it
         files = write_slurm_files(config, self.site_for(config), self.etc, self.storage_pass)
         self.config = config
         return files
