@@ -44,6 +44,7 @@ LOCAL_STACK: dict[str, Any] = {
         {"name": "cpu", "nodes": "cpu-[1-3]", "gpusPerNode": 0, "cpus": 2, "realMemoryMb": 3000},
     ],
     "storage": {"type": "nfs", "nfs": {"server": "nfs.local", "path": "/export/shared"}},
+    "network": {"nodeCidrs": ["127.0.0.0/8"]},  # NetworkPolicies are not rendered here; the field is required
     "inference": {"enabled": False},
 }
 

@@ -195,6 +195,12 @@ def make_gpu_devices(prefix: str, count: int) -> None:
 def write_slurm_files(config: StackConfig, site: Site, etc: Path, storage_pass: str) -> dict[str, str]:
     """Render the library's files for ``site`` into ``etc`` (where $SLURM_CONF points)."""
     files = render_slurm_files(config, site)
+    if site.jwt_key and not Path(site.jwt_key).exists():
+        # slurmctld exits without it; made once per site as the library makes it (components.tokens)
+        key = Path(site.jwt_key)
+        key.parent.mkdir(exist_ok=True)
+        key.write_bytes(os.urandom(JWT_KEY_BYTES))
+        key.chmod(0o600)
     if site.gpu_device_prefix:
         make_gpu_devices(site.gpu_device_prefix, max((pool.slurm_gpu_count for pool in config.slurm_pools), default=0))
     for name, text in files.items():
@@ -469,15 +475,7 @@ class LocalCluster(SlurmClient):
         """slurmctld's HS256 key (AuthAltParameters=jwt_key), for tests that mint tokens."""
         return Path(self.site.jwt_key or "").read_bytes()
 
-    def _write_jwt_key(self) -> None:
-        """Made once per cluster as the library makes it (components.tokens), from os.urandom."""
-        path = Path(self.site.jwt_key or "")
-        if not path.exists():
-            path.write_bytes(os.urandom(JWT_KEY_BYTES))
-            path.chmod(0o600)
-
     def render(self, config: StackConfig) -> dict[str, str]:
-        self._write_jwt_key()  # slurmctld exits without it
         files = write_slurm_files(config, self.site_for(config), self.etc, self.storage_pass)
         self.config = config
         return files
