@@ -20,7 +20,7 @@ import pulumi_random as random
 from components.common import child, config_map_volume, deployment_with_service, labels, locked_down, meta, mount, off_gpu_pools
 from components.programs import source
 from components.programs.token_minter import TOKEN_PATH
-from components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE
+from components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE, JWT_KEY_PATH
 from config.models import NOBODY_UID, StackConfig
 
 JWT_KEY_BYTES = 32
@@ -142,7 +142,7 @@ class TokenMinter(pulumi.ComponentResource):
                     image=config.images.python,
                     command=["python3", f"{MINTER_DIR}/token_minter.py"],
                     env=[
-                        k8s.core.v1.EnvVarArgs(name="MINTER_KEY_FILE", value=f"{JWT_KEY_DIR}/{JWT_KEY_FILE}"),
+                        k8s.core.v1.EnvVarArgs(name="MINTER_KEY_FILE", value=JWT_KEY_PATH),
                         k8s.core.v1.EnvVarArgs(name="MINTER_MAPPING_FILE", value=f"{MINTER_DIR}/mapping.json"),
                         k8s.core.v1.EnvVarArgs(name="MINTER_LIFETIME", value=str(config.submission.token_lifetime_seconds)),
                         k8s.core.v1.EnvVarArgs(name="MINTER_PORT", value=str(MINTER_PORT)),
