@@ -14,6 +14,7 @@ from components.identity import UserDirectory, UserDirectoryArgs
 from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
 from components.munge import MungeKey, MungeKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from components.node_keeper import NodeKeeper, NodeKeeperArgs
 from components.nodepools import GpuNodePool, GpuNodePoolArgs
 from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from components.slurm_files import kubernetes_site
@@ -71,8 +72,13 @@ class DualScheduledCluster(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
+        # Taints are kept by an in-cluster program, which shares each node's taint list with other writers
+        # (docs/architecture.md, "Node taints"). Always there: only it can take off a taint that leaves the
+        # config. Labels wait for it, so a node joins its pool only once it carries the pool's taints.
+        keeper = NodeKeeper(f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM]), opts=child(self))
         node_pools = {
-            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self)) for pool in config.pools
+            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self, depends_on=[keeper]))
+            for pool in config.pools
         }
         # Workloads wait for the labels of the nodes they can land on, and only those:
         # each dependency on a pool fans out to one per node.
@@ -121,7 +127,8 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 server = ModelServer(
                     f"{name}-{model.name}",
                     ModelServerArgs(config, model, namespaces[INFERENCE], storage.claim_names[INFERENCE]),
-                    opts=child(self, depends_on=inference_node_pools),
+                    # no inference pod before the taints that keep it off Slurm's nodes and closed windows
+                    opts=child(self, depends_on=[keeper, *inference_node_pools]),
                 )
                 endpoints[model.name] = server.endpoint
         if config.submission.enabled:

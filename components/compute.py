@@ -13,7 +13,7 @@ from components.common import GPU_RESOURCE, child, claim_volume, empty_dir, labe
 from components.identity import identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.slurm_files import Site
-from config.models import NodePool, StackConfig, Taint
+from config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
 
@@ -23,6 +23,14 @@ def tolerations_for(taints: tuple[Taint, ...]) -> list[k8s.core.v1.TolerationArg
         k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.effect.value)
         for taint in taints
     ]
+
+
+def slurmd_tolerated_taints(config: StackConfig, pool: NodePool) -> tuple[Taint, ...]:
+    """The pool's taints, and on a time-shared pool the closed window's NoExecute taint, which
+    must evict inference pods and never slurmd (its jobs own the node then)."""
+    if pool.mode is PoolMode.TIME_SHARED:
+        return (*config.pool_taints(pool), config.window_taint)
+    return config.pool_taints(pool)
 
 
 def conf_servers(site: Site) -> str:
@@ -44,7 +52,9 @@ class ComputePoolArgs:
 def slurmd_resources(pool: NodePool) -> dict[str, str]:
     """The node share Slurm allocates, as both requests and limits: a Guaranteed pod, which
     the kubelet evicts last, with exactly the memory slurm.conf promises (RealMemory, MiB)."""
-    gpus = {GPU_RESOURCE: str(pool.slurm_gpu_count)} if pool.slurm_gpu_count else {}
+    # A time-shared slurmd holds no GPU through the device plugin: inference pods take them in the window.
+    held = 0 if pool.mode is PoolMode.TIME_SHARED else pool.slurm_gpu_count
+    gpus = {GPU_RESOURCE: str(held)} if held else {}
     return {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", **gpus}
 
 
@@ -53,6 +63,58 @@ def slurmd_selector(pool: NodePool) -> dict[str, str]:
     DaemonSet, deleting every slurmd pod and the jobs running in them. So it holds only what names
     the pool, never the configurable pool label key or the cluster name."""
     return labels("slurmd", pool.name)
+
+
+# What slurmd needs without `privileged` (each found missing on the real node): CAP_SYS_ADMIN to
+# write the devices controller's allow/deny files of job cgroups (cgroup v1 checks it), to load
+# cgroup v2's device BPF program and to remount its cgroup writable; CAP_SYS_NICE for task/affinity
+# to pin another user's tasks ("task_g_set_affinity: Operation not permitted"). The runtime's
+# default set covers setuid/setgid, kill and chown. Slinky's slurmd (workerbuilder/worker_app.go)
+# is privileged and adds BPF, NET_ADMIN, SYS_ADMIN and SYS_NICE: it sees every GPU of the node.
+SLURMD_CAPABILITIES = ("SYS_ADMIN", "SYS_NICE")
+
+
+def isolates_gpus(pool: NodePool) -> bool:
+    """Dedicated and partitioned slurmd runs unprivileged, inside the GPUs the kubelet gave it. A
+    time-shared pool's slurmd holds no GPU through the device plugin (inference pods take them inside
+    the window) and is privileged to see them all; its jobs keep to their own GPUs by Slurm's
+    ConstrainDevices, and to their hours by the window's reservation."""
+    return pool.mode is not PoolMode.TIME_SHARED
+
+
+def slurmd_security_context(pool: NodePool) -> k8s.core.v1.SecurityContextArgs:
+    if not isolates_gpus(pool):
+        return k8s.core.v1.SecurityContextArgs(privileged=True)
+    return k8s.core.v1.SecurityContextArgs(
+        privileged=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(add=list(SLURMD_CAPABILITIES)),
+        # The runtime's AppArmor profile forbids mount, which cgroup v2 needs (slurmd_command).
+        app_armor_profile=k8s.core.v1.AppArmorProfileArgs(type="Unconfined"),
+    )
+
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
+    """slurmd in the foreground. An unprivileged container gets its cgroup read-only: on cgroup v2
+    (a private cgroup namespace whose root is the container's own cgroup) slurmd remounts it
+    writable and nests job cgroups under it; on v1, job cgroups go on the host's tree (cgroup_volumes)."""
+    slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
+    if isolates_gpus(pool) and config.slurm.cgroup_version is CgroupVersion.V2:
+        return ["sh", "-c", f'mount -o remount,rw {CGROUP_ROOT} && exec "$@"', "slurmd", *slurmd]
+    return slurmd
+
+
+def cgroup_volumes(config: StackConfig, pool: NodePool) -> list[k8s.core.v1.VolumeArgs]:
+    if not (isolates_gpus(pool) and config.slurm.cgroup_version is CgroupVersion.V1):
+        return []
+    return [k8s.core.v1.VolumeArgs(
+        name="cgroup", host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=CGROUP_ROOT, type="Directory"))]
+
+
+def cgroup_mounts(config: StackConfig, pool: NodePool) -> list[k8s.core.v1.VolumeMountArgs]:
+    return [mount("cgroup", CGROUP_ROOT)] if cgroup_volumes(config, pool) else []
 
 
 def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
@@ -73,7 +135,7 @@ class ComputePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ComputePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:compute:ComputePool", name, None, opts)
-        config, pool, site = args.config, args.pool, args.site
+        config, pool = args.config, args.pool
         selector = slurmd_selector(pool)
         pod_labels = {**selector, config.placement.pool_label: pool.name}
         daemonset = k8s.apps.v1.DaemonSet(
@@ -102,14 +164,14 @@ class ComputePool(pulumi.ComponentResource):
             dns_policy="ClusterFirstWithHostNet",
             automount_service_account_token=False,
             node_selector={config.placement.pool_label: pool.name},
-            tolerations=tolerations_for(config.pool_taints(pool)),
+            tolerations=tolerations_for(slurmd_tolerated_taints(config, pool)),
             termination_grace_period_seconds=120,
             init_containers=[munged_sidecar(config.images.slurmd)],
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="slurmd",
                     image=config.images.slurmd,
-                    command=["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)],
+                    command=slurmd_command(config, pool, site),
                     env=[
                         k8s.core.v1.EnvVarArgs(
                             name="NODE_NAME",
@@ -123,8 +185,7 @@ class ComputePool(pulumi.ComponentResource):
                     startup_probe=tcp_probe(site.slurmd_port, period=5, failures=60),
                     liveness_probe=tcp_probe(site.slurmd_port, period=30),
                     readiness_probe=tcp_probe(site.slurmd_port, period=15),
-                    # slurmd creates job cgroups, binds GPUs and switches to job users.
-                    security_context=k8s.core.v1.SecurityContextArgs(privileged=True),
+                    security_context=slurmd_security_context(pool),
                     volume_mounts=[
                         mount("spool", site.slurmd_spool_dir),
                         mount("run", site.run_dir),
@@ -132,6 +193,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
+                        *cgroup_mounts(config, pool),
                     ],
                 )
             ],
@@ -142,5 +204,6 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
+                *cgroup_volumes(config, pool),
             ],
         )

@@ -26,21 +26,30 @@ from components.common import (
 )
 from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from components.programs import source
 from components.tokens import jwt_key_mount, jwt_key_volume
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from components.slurm_files import CONTROLLER_SERVICE, Site
+from components.slurm_files import CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
+from components.submission import PROGRAM_DIR
 from config.models import StackConfig
 
 CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 """On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""
 RECONFIGURE_INTERVAL = 10
+WINDOW_RESERVATIONS = "window_reservations.sh"
+PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 
 # The kubelet swaps a changed ConfigMap into the mounted directory atomically; when the files
 # differ from what slurmctld last read, tell it to re-read them. Configless slurmd follow.
+# Every round also makes the inference windows' reservations match their file (it prints nothing
+# when they do): at start, within a round of a change, and back within a round when one was
+# deleted by hand or slurmctld moved a window that began inside its hours.
 RECONFIGURE_LOOP = (
     f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
-    f"while sleep {RECONFIGURE_INTERVAL}; do "
+    "while :; do "
+    f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
+    f"sleep {RECONFIGURE_INTERVAL}; "
     f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
     '[ "$now" = "$seen" ] && continue; '
     'echo "slurm config changed: scontrol reconfigure"; '
@@ -140,6 +149,14 @@ class SlurmController(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
+        # A fixed name, mounted as a directory: a new script reaches the sidecar in place, as the
+        # Slurm files do, and never rolls slurmctld.
+        programs = k8s.core.v1.ConfigMap(
+            f"{name}-programs",
+            metadata=meta(name=PROGRAMS_CONFIG_MAP, namespace=args.namespace, labels=pod_labels),
+            data={WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS)},
+            opts=child(self),
+        )
         statefulset = k8s.apps.v1.StatefulSet(
             name,
             metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
@@ -158,7 +175,7 @@ class SlurmController(pulumi.ComponentResource):
                     spec=self._pod_spec(args, state.metadata.name),
                 ),
             ),
-            opts=child(self),
+            opts=child(self, depends_on=[programs]),
         )
         self.address = pulumi.Output.concat(
             site.controller_hosts[0].address or site.controller_hosts[0].name, ":", str(site.slurmctld_port)
@@ -205,10 +222,12 @@ class SlurmController(pulumi.ComponentResource):
                     ["sh", "-c", RECONFIGURE_LOOP],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
+                    extra_mounts=(mount("programs", PROGRAM_DIR, read_only=True),),
                 ),
             ],
             volumes=[
                 config_map_volume("slurm-config", args.config_map_name),
+                config_map_volume("programs", PROGRAMS_CONFIG_MAP),
                 claim_volume("state", state_claim),
                 empty_dir("run"),
                 empty_dir("tmp"),

@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from components.common import child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
 from components.namespace import inference_policies, network_policies, pod_security_labels
-from config.models import Inference, InferenceModel, InferenceServer, StackConfig
+from config.models import Inference, InferenceModel, InferenceServer, PoolMode, StackConfig
 
 HTTP_PORT = 8000
 MODELS_MOUNT = "/models"
@@ -88,6 +88,14 @@ class ModelServerArgs:
     models_claim_name: pulumi.Input[str]
 
 
+def await_annotations(config: StackConfig) -> Optional[dict[str, str]]:
+    """`pulumi up` waits for the servers to be Ready, except when every pool they may use is
+    time-shared: outside the window they cannot run, and an up then must not wait for them."""
+    if all(pool.mode is PoolMode.TIME_SHARED for pool in config.inference_pools):
+        return {"pulumi.com/skipAwait": "true"}
+    return None
+
+
 class ModelServer(pulumi.ComponentResource):
     """One model: Deployment, Service, HorizontalPodAutoscaler and PodDisruptionBudget."""
 
@@ -99,7 +107,7 @@ class ModelServer(pulumi.ComponentResource):
         pod_labels = labels(config.inference.server.value, model.name)
         deployment = k8s.apps.v1.Deployment(
             name,
-            metadata=meta(namespace=args.namespace, labels=pod_labels),
+            metadata=meta(namespace=args.namespace, labels=pod_labels, annotations=await_annotations(config)),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=model.replicas.min,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod_labels),

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child, labels, meta, resource_list, stateful
+from components.node_keeper import KEEPER
 from components.slurmrestd import RESTD, RESTD_PORT
 from components.tokens import MINTER, MINTER_PORT
 from config.models import DatabaseMode, Inference, StackConfig
@@ -72,6 +73,12 @@ def _allow(
     )
 
 
+def _api_server(config: StackConfig) -> list[tuple[list[Peer], int]]:
+    """Egress to the API server. Policies see the endpoint's address and port, after the `kubernetes`
+    Service's are translated."""
+    return [(_addresses(config.network.api_server), port) for port in config.network.api_server_ports]
+
+
 def baseline_policies() -> dict[str, Spec]:
     """Every namespace we create: nothing in or out but DNS. The cluster's resolver may be a pod
     (kube-dns) or a node-local address, so DNS is allowed by port to any destination."""
@@ -87,7 +94,7 @@ def baseline_policies() -> dict[str, Spec]:
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
-    """slurmctld, slurmdbd, MariaDB, and (with submission) slurmrestd and the token minter.
+    """slurmctld, slurmdbd, MariaDB, the node keeper, and (with submission) slurmrestd and the token minter.
 
     slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
     connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
@@ -110,6 +117,8 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
                 *([([_pods("slurmdbd")], SLURMDBD_PORT)] if accounting else []),
             ],
         ),
+        # it GETs and PATCHes nodes; nobody calls it (the kubelet's probes come from the node itself)
+        KEEPER: _allow(KEEPER, egress=_api_server(config)),
     }
     if accounting:
         policies["slurmdbd"] = _allow(
@@ -131,8 +140,7 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
         policies[MINTER] = _allow(
             MINTER,
             ingress=([jobs], MINTER_PORT),
-            # policies see the endpoint's address and port, after the `kubernetes` Service's are translated
-            egress=[(_addresses(config.network.api_server), port) for port in config.network.api_server_ports],
+            egress=_api_server(config),
         )
     return policies
 
@@ -185,7 +193,8 @@ class SlurmNamespaceArgs:
 
 
 class SlurmNamespace(pulumi.ComponentResource):
-    """Namespace for slurmctld, slurmd, slurmdbd, the accounting database, slurmrestd and the token minter.
+    """Namespace for slurmctld, slurmd, slurmdbd, the accounting database, slurmrestd, the token minter
+    and the node keeper.
 
     Enforces ``privileged`` because slurmd runs here (it manages job cgroups and GPUs);
     audits and warns at ``baseline`` so anything else privileged stands out.

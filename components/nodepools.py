@@ -1,8 +1,10 @@
-"""GPU node pools: the pool label and taints on existing nodes.
+"""GPU node pools: the pool label, mode and Slurm's GPU share on existing nodes.
 
-Nodes are patched, not owned: ``retain_on_delete`` keeps labels and taints when
-the program is removed, so a `pulumi destroy` never lets Kubernetes pods flood
-a node in the middle of a week-long Slurm job.
+Nodes are patched, not owned: ``retain_on_delete`` keeps the labels when the program is removed, so a
+`pulumi destroy` never lets Kubernetes pods flood a node in the middle of a week-long Slurm job.
+Labels are a map under server-side apply, each label its own field: other managers' labels survive.
+Taints are not here: ``spec.taints`` is one atomic list, so the node keeper (components/node_keeper.py)
+edits it; removing the program deletes the keeper and leaves the taints on the nodes as they are.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class GpuNodePoolArgs:
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """A NodePatch per node: pool label, mode, Slurm's GPU share and the pool's taints."""
+    """A NodePatch per node: pool label, mode and Slurm's GPU share."""
 
     node_names: list[str]
 
@@ -41,10 +43,6 @@ class GpuNodePool(pulumi.ComponentResource):
             MODE_LABEL: pool.mode.value,
             SLURM_GPUS_LABEL: str(pool.slurm_gpu_count),
         }
-        taints = [
-            k8s.core.v1.TaintPatchArgs(key=taint.key, value=taint.value, effect=taint.effect.value)
-            for taint in config.pool_taints(pool)
-        ]
         self.node_names = pool.node_names
         for node in self.node_names:
             k8s.core.v1.NodePatch(
@@ -54,9 +52,6 @@ class GpuNodePool(pulumi.ComponentResource):
                     labels=node_labels,
                     annotations={"pulumi.com/patchFieldManager": FIELD_MANAGER},
                 ),
-                # Taints are one atomic list under server-side apply: send it only when the
-                # pool has taints, so a pool without any never clears taints others manage.
-                spec=k8s.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
                 opts=child(self, retain_on_delete=True),
             )
         self.register_outputs({"node_names": self.node_names})

@@ -6,7 +6,10 @@
 Runs the real program (components.program.build) under Pulumi mocks, writes
 every Kubernetes object as YAML (one file per object, grouped by namespace),
 the rendered Slurm files, and prints a summary. Secret values are redacted.
-Exit 0 on success, 2 with the config problems on invalid config.
+A manifest (.dualsched-render.json) lists what the render wrote: the next render
+into that directory removes only those files, and a render refuses a non-empty
+directory without one, so it never deletes what it did not write.
+Exit 0 on success, 2 with the problems on invalid config or a refused directory.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import json
+import os
 import secrets
 import string
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 
 import pulumi
@@ -28,10 +33,12 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
 from components.slurm_files import config_hash, kubernetes_site, render_slurm_files
-from config import ConfigError, StackConfig, load_stack_file
+from config import ConfigError, Problem, StackConfig, load_stack_file
 
 REDACTED = "<redacted>"
 CLUSTER_SCOPED = "_cluster"
+MANIFEST = ".dualsched-render.json"
+"""What a render wrote, by path relative to its directory; JSON, so no reader of the render's *.yaml sees it."""
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -237,24 +244,112 @@ def redacted(manifest: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _file_name(obj: RenderedObject) -> str:
-    return f"{obj.kind.lower()}-{obj.name}.yaml"
+def _object_path(obj: RenderedObject) -> str:
+    return f"{obj.namespace or CLUSTER_SCOPED}/{obj.kind.lower()}-{obj.name}.yaml"
+
+
+def rendered_files(render: Render) -> dict[str, str]:
+    """Every file of the render by its POSIX path relative to the output directory: one YAML file per
+    object under <namespace>/ (cluster-scoped ones under _cluster/), the Slurm files under slurm-files/."""
+    files = {_object_path(obj): yaml.safe_dump(redacted(obj.manifest), sort_keys=False, width=120) for obj in render.objects}
+    files.update({f"slurm-files/{name}": text for name, text in render.slurm_files.items()})
+    return files
+
+
+def _write_files(files: dict[str, str], out: Path) -> list[Path]:
+    written = []
+    for relative, text in files.items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
 
 
 def write_render(render: Render, out: Path) -> list[Path]:
-    """Write one YAML file per object under <out>/<namespace>/, and the Slurm files under <out>/slurm-files/."""
-    written = []
-    for obj in render.objects:
-        folder = out / (obj.namespace or CLUSTER_SCOPED)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / _file_name(obj)
-        path.write_text(yaml.safe_dump(redacted(obj.manifest), sort_keys=False, width=120))
-        written.append(path)
-    slurm_dir = out / "slurm-files"
-    slurm_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in render.slurm_files.items():
-        (slurm_dir / name).write_text(text)
-        written.append(slurm_dir / name)
+    """Write the render's files (see rendered_files) under ``out``; nothing else is touched."""
+    return _write_files(rendered_files(render), out)
+
+
+class RenderRefused(Exception):
+    """The output directory holds files a render did not write (or an unreadable manifest)."""
+
+    def __init__(self, out: Path, problem: Problem):
+        self.problem = problem
+        super().__init__(f"refused to render into {out}; nothing was changed:\n  {problem}")
+
+
+def _is_render_path(out: Path, relative: Any) -> bool:
+    """A path as a render writes it: relative, plain, and (past any symlink) inside ``out``."""
+    if not isinstance(relative, str):
+        return False
+    path = PurePosixPath(relative)
+    plain_form = str(path) == relative and not path.is_absolute() and ".." not in path.parts and relative != MANIFEST
+    return plain_form and (out / relative).parent.resolve().is_relative_to(out.resolve())
+
+
+def previous_render_files(out: Path) -> set[str]:
+    """The files the previous render into ``out`` wrote, from its manifest; empty for an empty or
+    new directory. Refuses (RenderRefused) any other directory: its files are someone else's."""
+    if not out.exists():
+        return set()
+    if not out.is_dir():
+        raise RenderRefused(out, Problem(str(out), "is not a directory", "a file"))
+    if (out / MANIFEST).is_file():
+        return _listed_files(out)
+    entries = sorted(path.name for path in out.iterdir())
+    if entries:
+        raise RenderRefused(out, Problem(str(out), f"holds files no render wrote (there is no {MANIFEST}): "
+                                         "give an empty or new directory", entries))
+    return set()
+
+
+def _listed_files(out: Path) -> set[str]:
+    manifest = out / MANIFEST
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RenderRefused(out, Problem(str(manifest), "is not a render manifest", str(error))) from None
+    if not isinstance(files, list):
+        raise RenderRefused(out, Problem(str(manifest), "is not a render manifest: 'files' is not a list", files))
+    # A manifest is a file anyone can edit: never let it name a file outside the render.
+    strays = [relative for relative in files if not _is_render_path(out, relative)]
+    if strays:
+        raise RenderRefused(out, Problem(str(manifest), "lists a path no render writes", strays[0]))
+    return set(files)
+
+
+def _write_manifest(out: Path, files: set[str]) -> None:
+    text = json.dumps({"writtenBy": "python -m components.render", "files": sorted(files)}, indent=1) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    # An interrupted write fails safe: the next render refuses a directory with half a manifest.
+    (out / MANIFEST).write_text(text)
+
+
+def _remove(out: Path, files: set[str]) -> None:
+    """Remove these files, and the directories they leave empty (never ``out`` itself)."""
+    for relative in sorted(files):
+        path = out / relative
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+        for folder in path.parents:
+            if folder == out or not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+
+
+def replace_render(render: Render, out: Path, previous: set[str]) -> list[Path]:
+    """Write the render into ``out`` in place of the previous one (``previous_render_files(out)``):
+    remove the files it wrote that this render does not, write this render's files and a new manifest."""
+    files = rendered_files(render)
+    foreign = sorted(relative for relative in files if relative not in previous and os.path.lexists(out / relative))
+    if foreign:
+        raise RenderRefused(out, Problem(str(out), "the render would overwrite files no render wrote", foreign))
+    # Listed before anything changes, so an interrupted render leaves no file of its own unlisted.
+    _write_manifest(out, previous | set(files))
+    _remove(out, previous - set(files))
+    written = _write_files(files, out)
+    _write_manifest(out, set(files))
     return written
 
 
@@ -278,26 +373,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     stack = args.stack or path.stem.removeprefix("Pulumi.")
     try:
         config = load_stack_file(path)
-    except ConfigError as error:
+        previous = previous_render_files(args.out)
+        render = render_config(config, stack)
+        written = replace_render(render, args.out, previous)
+    except (ConfigError, RenderRefused) as error:
         print(error, file=sys.stderr)
         return 2
-    render = render_config(config, stack)
-    if args.out.exists():
-        _clear(args.out)
-    written = write_render(render, args.out)
     print(f"rendered stack '{stack}' into {args.out}: {len(written)} files")
     print(format_summary(render))
     print(f"  slurm.conf hash: {render.slurm_conf_hash[:16]}")
     return 0
-
-
-def _clear(out: Path) -> None:
-    """Remove a previous render's YAML files, so deleted objects do not linger."""
-    for path in sorted(out.rglob("*"), reverse=True):
-        if path.is_file() and (path.suffix == ".yaml" or path.parent.name == "slurm-files"):
-            path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
 
 
 if __name__ == "__main__":

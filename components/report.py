@@ -37,13 +37,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 import hostlist
 import yaml
 
 from components.common import GPU_RESOURCE
 from components.controller import CONFIG_HASH_ANNOTATION
+from components.node_keeper import KEEPER, STATE_FILE
+from components.nodepools import MODE_LABEL
+from components.programs.node_keeper import MINUTES_PER_DAY, describe
 from components.render import SECRET_SIGNATURE
 from components.slurm_files import SLURM_FILES
 
@@ -136,6 +139,25 @@ class Plan:
     files_before: dict[str, str] = field(default_factory=dict)
     files_after: dict[str, str] = field(default_factory=dict)
     redactor: Redactor = field(default_factory=lambda: Redactor())
+    taints_before: dict[str, set[NodeTaint]] = field(default_factory=dict)
+    taints_after: dict[str, set[NodeTaint]] = field(default_factory=dict)
+    """Node -> the taints the program puts there: a Node patch's own, and the node keeper's."""
+
+
+class NodeTaint(NamedTuple):
+    """A taint the program sets on a node; a window taint is on only outside its window."""
+
+    taint: str
+    """key=value:Effect"""
+    window: str = ""
+    """The hours of the window ("09:00–17:00 UTC"), for a time-shared pool's window taint."""
+
+    def __str__(self) -> str:
+        return f"`{self.taint}`" + (f" (outside {self.window})" if self.window else "")
+
+    @property
+    def evicts(self) -> bool:
+        return self.taint.endswith(":NoExecute")
 
 
 @dataclass
@@ -322,6 +344,38 @@ def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
     return {(m.get("metadata") or {}).get("name", ""): dict(m) for m in objects if m and m.get("kind") == "Node"}
 
 
+def is_node_keeper(manifest: Mapping[str, Any]) -> bool:
+    return manifest.get("kind") == "ConfigMap" and _labels(manifest).get(NAME_LABEL) == KEEPER and STATE_FILE in (manifest.get("data") or {})
+
+
+def _clock(minute: int) -> str:
+    return f"{minute // 60:02d}:{minute % 60:02d}"
+
+
+def _kept_taints(keeper: Mapping[str, Any]) -> dict[str, set[NodeTaint]]:
+    """Node -> the taints the node keeper's desired state puts there."""
+    kept: dict[str, set[NodeTaint]] = {}
+    for pool in json.loads(keeper["data"][STATE_FILE])["pools"]:
+        taints = {NodeTaint(describe(taint)) for taint in pool["taints"]}
+        window = pool["window"]
+        if window:
+            end = (window["startMinute"] + window["durationMinutes"]) % MINUTES_PER_DAY
+            taints.add(NodeTaint(describe(window["taint"]), f"{_clock(window['startMinute'])}–{_clock(end)} UTC"))
+        kept.update({node: taints for node in pool["nodes"]})
+    return kept
+
+
+def _node_taints(objects: Iterable[Mapping[str, Any]]) -> dict[str, set[NodeTaint]]:
+    taints: dict[str, set[NodeTaint]] = defaultdict(set)
+    for manifest in objects:
+        if manifest and manifest.get("kind") == "Node":
+            taints[(manifest.get("metadata") or {}).get("name", "")] |= _taints(manifest)
+        elif manifest and is_node_keeper(manifest):
+            for node, kept in _kept_taints(manifest).items():
+                taints[node] |= kept
+    return dict(taints)
+
+
 def _change(op: str, old: Optional[dict], new: Optional[dict], name: str = "", protected: bool = False) -> Change:
     """A change between two (already redacted) manifests; an update of a force-new field is a replace."""
     kind, namespace, object_name = _identity(new if new is not None else old)
@@ -336,6 +390,7 @@ def plan_from_renders(base: Path, head: Path) -> Plan:
     before, files_before = read_render(base)
     after, files_after = read_render(head)
     plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), files_before, files_after)
+    plan.taints_before, plan.taints_after = _node_taints(before.values()), _node_taints(after.values())
     for key in list(before) + [k for k in after if k not in before]:
         old, new = before.get(key), after.get(key)
         if old == new:
@@ -416,6 +471,7 @@ def plan_from_preview(document: Mapping[str, Any]) -> Plan:
         by_urn[urn] = change
         plan.changes.append(change)
     plan.nodes_before, plan.nodes_after = _nodes(before_all), _nodes(after_all)
+    plan.taints_before, plan.taints_after = _node_taints(before_all), _node_taints(after_all)
     plan.files_before, plan.files_after = _files_from_configmaps(before_all), _files_from_configmaps(after_all)
     return plan
 
@@ -635,30 +691,74 @@ def workload_findings(change: Change, plan: Plan) -> list[Finding]:
     return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: its pods restart")]
 
 
-def _taints(node: Optional[Mapping[str, Any]]) -> set[str]:
-    taints = ((node or {}).get("spec") or {}).get("taints") or []
-    return {f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in taints}
+def _taints(node: Mapping[str, Any]) -> set[NodeTaint]:
+    return {NodeTaint(describe(taint)) for taint in (node.get("spec") or {}).get("taints") or []}
+
+
+def _taint_changes(node: str, plan: Plan) -> tuple[list[str], set[NodeTaint], set[NodeTaint]]:
+    """What the change does to a node's taints: lines, and the taints added and removed."""
+    before, after = plan.taints_before.get(node, set()), plan.taints_after.get(node, set())
+    added, removed = after - before, before - after
+    return [f"taint {t} added" for t in sorted(added)] + [f"taint {t} removed" for t in sorted(removed)], added, removed
 
 
 def node_findings(change: Change, plan: Plan) -> list[Finding]:
-    if change.kind != "Node":
-        return []
+    if change.kind == "Node":
+        return _node_patch_findings(change, plan)
+    if is_node_keeper(change.manifest):
+        return _node_keeper_findings(change, plan)
+    return []
+
+
+def _node_patch_findings(change: Change, plan: Plan) -> list[Finding]:
     old_labels, new_labels = _labels(change.old or {}), _labels(change.new or {})
     parts = []
     for key in sorted(set(old_labels) | set(new_labels)):
         if old_labels.get(key) != new_labels.get(key):
             parts.append(f"label `{key}`: `{old_labels.get(key, '-')}` → `{new_labels.get(key, '-')}`")
-    old_taints, new_taints = _taints(change.old), _taints(change.new)
-    parts += [f"taint `{t}` added" for t in sorted(new_taints - old_taints)]
-    parts += [f"taint `{t}` removed" for t in sorted(old_taints - new_taints)]
+    added, removed = set(), set()
     if change.op == "delete":
-        parts.append("node patch removed (labels and taints stay: retain_on_delete)")
+        parts.append("node patch removed (labels stay: retain_on_delete; taints stay: the keeper lets go of the node)")
+    else:
+        lines, added, removed = _taint_changes(change.name, plan)
+        parts += lines
     if not parts:
         return []
-    return [Finding(Impact.NODE_CHANGE, change, "; ".join(parts) + _node_consequences(old_labels, new_labels, old_taints, new_taints), [], [change.name])]
+    return [Finding(Impact.NODE_CHANGE, change, "; ".join(parts) + _node_consequences(old_labels, new_labels, added, removed), [], [change.name])]
 
 
-def _node_consequences(old_labels: Mapping, new_labels: Mapping, old_taints: set[str], new_taints: set[str]) -> str:
+def _node_keeper_findings(change: Change, plan: Plan) -> list[Finding]:
+    """The keeper's taints, per node it keeps after the change; a node whose patch changes too is
+    reported with that patch, and a node that left every pool keeps its taints."""
+    if change.op == "delete":
+        nodes = sorted(_kept_taints(change.old or {}))
+        summary = "node keeper removed: the nodes keep their taints as they are, and window taints no longer switch"
+        return [Finding(Impact.NODE_CHANGE, change, summary, [], nodes)]
+    patched = {c.name for c in plan.changes if c.kind == "Node" and c.op != "delete"}
+    findings = []
+    for node in sorted(set(plan.taints_after) - patched):
+        lines, added, removed = _taint_changes(node, plan)
+        if lines:
+            findings.append(Finding(Impact.NODE_CHANGE, change, "; ".join(lines) + _node_consequences({}, {}, added, removed), [], [node]))
+    return findings
+
+
+# What switching a pool to each mode does to the jobs and pods running on its nodes.
+MODE_SWITCH_EFFECTS = {
+    "dedicated": "slurmd's new pod asks for every GPU and stays Pending until the inference pods on the node are gone "
+    "(the Slurm taint keeps new ones off but evicts none); drain each node in Slurm, delete its slurmd pod, then its "
+    "inference pods",
+    "partitioned": "Slurm's GPUs per node become slurmGpus when each slurmd pod is replaced (OnDelete: drain the node "
+    "first); until then the new gres.conf and the old pod disagree and slurmd may refuse to start; jobs asking for "
+    "more GPUs per node than the new share never start",
+    "time-shared": "a daily reservation keeps Slurm jobs out of the window (a job whose time limit reaches into it "
+    "waits); inference pods are evicted whenever the window is closed; slurmd gives its GPUs back to the device plugin "
+    "only when its pod is replaced (OnDelete: drain the node first, as the new gres.conf lists every GPU)",
+    "kubernetes": "slurmd leaves the nodes and the jobs running there die with it: drain them in Slurm first",
+}
+
+
+def _node_consequences(old_labels: Mapping, new_labels: Mapping, added: set[NodeTaint], removed: set[NodeTaint]) -> str:
     """What the scheduler does about a node's new labels or taints."""
     notes = []
     for key in sorted(k for k in set(old_labels) | set(new_labels) if k.endswith("/pool")):
@@ -669,9 +769,14 @@ def _node_consequences(old_labels: Mapping, new_labels: Mapping, old_taints: set
             notes.append(f"the nodes join pool `{after}`: its slurmd (and inference, if eligible) start there")
         else:
             notes.append(f"the nodes leave pool `{before}`: its slurmd pods are removed from them, drain them in Slurm first")
-    if any(t.endswith(":NoExecute") for t in new_taints - old_taints):
+    switched = old_labels.get(MODE_LABEL), new_labels.get(MODE_LABEL)
+    if None not in switched and switched[0] != switched[1]:
+        notes.append(f"mode `{switched[0]}` → `{switched[1]}`: {MODE_SWITCH_EFFECTS[switched[1]]}")
+    if any(t.evicts and not t.window for t in added):
         notes.append("running pods that do not tolerate a NoExecute taint are evicted")
-    if old_taints - new_taints:
+    if any(t.evicts and t.window for t in added):
+        notes.append("pods that do not tolerate the window taint are evicted each day when the window closes")
+    if removed:
         notes.append("Kubernetes pods may now schedule onto these nodes")
     return " — " + "; ".join(notes) if notes else ""
 

@@ -1,9 +1,10 @@
 """Slurm's configuration files as a pure function of the stack config and a Site.
 
-``render_slurm_files(config, site)`` is the one way slurm.conf, gres.conf and
-cgroup.conf are made: the Kubernetes deployment feeds it a Site built from its
-Services and mount paths (:func:`kubernetes_site`), the real-Slurm tests a Site
-pointing at loopback ports and a temporary directory. Same templates for both.
+``render_slurm_files(config, site)`` is the one way slurm.conf, gres.conf,
+cgroup.conf and the inference windows' reservations are made: the Kubernetes
+deployment feeds it a Site built from its Services and mount paths
+(:func:`kubernetes_site`), the real-Slurm tests a Site pointing at loopback ports
+and a temporary directory. Same templates for both.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from typing import Mapping, Optional
 import hostlist
 import jinja2
 
-from config.models import CgroupVersion, DatabaseMode, GpuAutoDetect, StackConfig
+from config.models import CgroupVersion, DatabaseMode, GpuAutoDetect, PoolMode, StackConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+WINDOW_RESERVATIONS_FILE = "window-reservations"
+"""The reservations components/programs/window_reservations.sh makes slurmctld hold. Not a Slurm
+file: slurmctld never reads it, and without ``.conf`` the reconfigure sidecar reloads no Slurm for it."""
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", WINDOW_RESERVATIONS_FILE)
+WINDOW_RESERVATION_PREFIX = "dualsched-window-"
+"""Reservations named so belong to window_reservations.sh: it deletes those its file no longer lists."""
 
 # Kubernetes names Slurm resolves through cluster DNS.
 CONTROLLER_SERVICE = "slurmctld"
@@ -157,6 +163,16 @@ class _PartitionLine:
     priority_tier: int
 
 
+@dataclass(frozen=True)
+class _WindowLine:
+    """The daily reservation that keeps Slurm jobs off a time-shared pool while Kubernetes owns it."""
+
+    name: str
+    start: str
+    duration_minutes: int
+    nodes: str
+
+
 def _node_lines(config: StackConfig, site: Site) -> list[_NodeLine]:
     return [
         _NodeLine(
@@ -186,6 +202,19 @@ def _partition_lines(config: StackConfig) -> list[_PartitionLine]:
     ]
 
 
+def _window_lines(config: StackConfig) -> list[_WindowLine]:
+    return [
+        _WindowLine(
+            name=f"{WINDOW_RESERVATION_PREFIX}{pool.name}",
+            start=pool.inference_window.start,
+            duration_minutes=pool.inference_window.duration_minutes,
+            nodes=compact_hostlist(pool.nodes),
+        )
+        for pool in config.pools
+        if pool.mode is PoolMode.TIME_SHARED  # config.checks: exactly these pools have a window
+    ]
+
+
 def compact_hostlist(expression: str) -> str:
     """Normalise a hostlist expression to Slurm's compact range form: gpu-[001-512]."""
     return hostlist.collect_hostlist(hostlist.expand_hostlist(expression))
@@ -202,12 +231,13 @@ _environment = jinja2.Environment(
 
 
 def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
-    """slurm.conf, gres.conf and cgroup.conf for the cluster at this site."""
+    """slurm.conf, gres.conf, cgroup.conf and the window reservations for the cluster at this site."""
     context = {
         "config": config,
         "site": site,
         "pools": _node_lines(config, site),
         "partitions": _partition_lines(config),
+        "windows": _window_lines(config),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 

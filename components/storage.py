@@ -13,7 +13,7 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, labels, meta, stateful
+from components.common import labels, meta, stateful
 from config.models import SharedStorage, StorageType
 
 

@@ -1,6 +1,15 @@
 """Typed, validated stack configuration for dualsched."""
 
+from config.checks import CrossFieldError, Problem
 from config.loader import ConfigError, load_pulumi_config, load_stack_file, parse_stack_config
 from config.models import StackConfig
 
-__all__ = ["ConfigError", "StackConfig", "load_pulumi_config", "load_stack_file", "parse_stack_config"]
+__all__ = [
+    "ConfigError",
+    "CrossFieldError",
+    "Problem",
+    "StackConfig",
+    "load_pulumi_config",
+    "load_stack_file",
+    "parse_stack_config",
+]

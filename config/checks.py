@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from config.models import (
     AccessMode,
     DatabaseMode,
     Environment,
+    NodePool,
     PoolMode,
     StackConfig,
     StorageType,
@@ -95,9 +96,9 @@ def one_default_partition(config: StackConfig) -> Iterator[Problem]:
 def gres_matches_gpus(config: StackConfig) -> Iterator[Problem]:
     for index, pool in enumerate(config.pools):
         path = f"pools[{index}].slurmGpus"
-        if pool.mode is PoolMode.DEDICATED and pool.slurm_gpus not in (None, pool.gpus_per_node):
+        if pool.mode in (PoolMode.DEDICATED, PoolMode.TIME_SHARED) and pool.slurm_gpus not in (None, pool.gpus_per_node):
             yield Problem(
-                path, f"a dedicated pool gives Slurm all {pool.gpus_per_node} GPUs per node (gpusPerNode)", pool.slurm_gpus
+                path, f"a {pool.mode.value} pool gives Slurm all {pool.gpus_per_node} GPUs per node (gpusPerNode)", pool.slurm_gpus
             )
         elif pool.mode is PoolMode.PARTITIONED:
             if pool.slurm_gpus is None:
@@ -186,6 +187,72 @@ def inference_fits_on_pools(config: StackConfig) -> Iterator[Problem]:
             )
         if model.replicas.min > model.replicas.max:
             yield Problem(f"inference.models[{index}].replicas.min", f"exceeds replicas.max ({model.replicas.max})", model.replicas.min)
+
+
+def windows_match_modes(config: StackConfig) -> Iterator[Problem]:
+    for index, pool in enumerate(config.pools):
+        path = f"pools[{index}].inferenceWindow"
+        if pool.mode is PoolMode.TIME_SHARED and pool.inference_window is None:
+            yield Problem(path, "a time-shared pool must say when its inference window opens and for how long", MISSING)
+        elif pool.mode is not PoolMode.TIME_SHARED and pool.inference_window is not None:
+            yield Problem(path, f"only a time-shared pool has an inference window (mode is '{pool.mode.value}')",
+                          pool.inference_window.start)
+
+
+def partitioned_pools_split_cpus_and_memory(config: StackConfig) -> Iterator[Problem]:
+    """On a node both schedulers use, Slurm's share (cpus, realMemoryMb: slurmd's Guaranteed pod, there
+    at every hour) must leave the rest of the node's allocatable CPUs and memory to Kubernetes."""
+    for index, pool in enumerate(config.pools):
+        if pool.mode not in (PoolMode.PARTITIONED, PoolMode.TIME_SHARED):
+            continue
+        if pool.allocatable is None:
+            yield Problem(f"pools[{index}].allocatable", f"a {pool.mode.value} pool must give its nodes' allocatable cpus and "
+                          "memoryMb, which Slurm's share is taken from", MISSING)
+            continue
+        for field, share, total in (("cpus", pool.cpus, pool.allocatable.cpus),
+                                    ("realMemoryMb", pool.real_memory_mb, pool.allocatable.memory_mb)):
+            if share >= total:
+                yield Problem(f"pools[{index}].{field}", f"Slurm's share leaves Kubernetes nothing of the node's allocatable {total}",
+                              share)
+
+
+def _kubernetes_share(pools: tuple[NodePool, ...]) -> dict[str, Optional[float]]:
+    """GPUs, CPUs and MiB Kubernetes has at every hour on these pools; None when a pool does not say."""
+    share: dict[str, Optional[float]] = {"GPUs": 0.0, "CPUs": 0.0, "MiB of memory": 0.0}
+    for pool in pools:
+        nodes = len(pool.node_names)
+        share["GPUs"] += nodes * pool.kubernetes_gpu_count
+        for kind, total, slurm in (("CPUs", "cpus", pool.cpus), ("MiB of memory", "memory_mb", pool.real_memory_mb)):
+            if share[kind] is None or pool.allocatable is None:
+                share[kind] = None
+            else:
+                taken = slurm if pool.runs_slurmd else 0
+                share[kind] += nodes * (getattr(pool.allocatable, total) - taken)
+    return share
+
+
+def inference_floors_fit(config: StackConfig) -> Iterator[Problem]:
+    """Every model at its replica floor fits in the Kubernetes share of the pools inference may use
+    (a time-shared pool's inside its window: outside it, replicas placed there wait)."""
+    models = config.inference.models
+    if not (config.inference.enabled and models):
+        return
+    share = _kubernetes_share(config.inference_pools)
+    floor = {
+        "GPUs": sum(model.replicas.min * model.gpus for model in models),
+        "CPUs": sum(model.replicas.min * parse_quantity(model.resources.requests.cpu or "0") for model in models),
+        "MiB of memory": sum(model.replicas.min * parse_quantity(model.resources.requests.memory or "0") / 2**20
+                             for model in models),
+    }
+    for kind, needed in floor.items():
+        available = share[kind]
+        if available is not None and needed > available:
+            yield Problem(
+                "inference.models",
+                f"at their replicas.min the models request {needed:g} {kind}, more than the Kubernetes share of the "
+                f"pools inference may use ({available:g})",
+                [f"{model.name}: {model.replicas.min}" for model in models],
+            )
 
 
 def ha_needs_shared_state(config: StackConfig) -> Iterator[Problem]:
@@ -333,6 +400,9 @@ CHECKS: tuple[Check, ...] = (
     taints_are_tolerated,
     inference_never_tolerates_slurm,
     inference_fits_on_pools,
+    windows_match_modes,
+    partitioned_pools_split_cpus_and_memory,
+    inference_floors_fit,
     ha_needs_shared_state,
     accounting_has_database,
     storage_has_required_fields,
@@ -347,3 +417,14 @@ CHECKS: tuple[Check, ...] = (
 
 def cross_field_problems(config: StackConfig) -> list[Problem]:
     return [problem for check in CHECKS for problem in check(config)]
+
+
+class CrossFieldError(ValueError):
+    """Every cross-field problem of a StackConfig at once. A ValueError, so pydantic reports it as
+    one validation error at the top level, the Problems kept in the error's ``ctx["error"]``."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        count = len(problems)
+        lines = "".join(f"\n  {problem}" for problem in problems)
+        super().__init__(f"{count} cross-field problem{'s' if count != 1 else ''}:{lines}")

@@ -1,7 +1,8 @@
 """Read a stack's ``dualsched:`` config and turn it into one validated StackConfig.
 
-Every mistake, field-level or cross-field, is reported together as
-``<config path>: <what is wrong> (got <value>)`` through :class:`ConfigError`.
+Every mistake is reported together as ``<config path>: <what is wrong> (got <value>)``
+through :class:`ConfigError`: field-level and cross-field ones in one round, unless a
+field error leaves the cross-field checks nothing sound to judge (the message then says so).
 """
 
 from __future__ import annotations
@@ -15,24 +16,30 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from config.checks import MISSING, Problem, cross_field_problems, format_value
+from config.checks import MISSING, CrossFieldError, Problem, format_value
 from config.models import StackConfig
 
 NAMESPACE = "dualsched"
 
 
 class ConfigError(Exception):
-    """The stack config is invalid; ``problems`` lists every mistake found."""
+    """The stack config is invalid; ``problems`` lists every mistake found.
 
-    def __init__(self, problems: Iterable[Problem], source: str):
+    ``cross_field_checked`` is False when field errors left no config to run the cross-field
+    checks on: more problems may follow once these are fixed, and the message says so.
+    """
+
+    def __init__(self, problems: Iterable[Problem], source: str, cross_field_checked: bool = True):
         self.problems = list(problems)
         self.source = source
+        self.cross_field_checked = cross_field_checked
         super().__init__(str(self))
 
     def __str__(self) -> str:
         count = len(self.problems)
         lines = "\n".join(f"  {problem}" for problem in self.problems)
-        return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}):\n{lines}"
+        pending = "" if self.cross_field_checked else f"; cross-field checks run once {'it is' if count == 1 else 'they are'} fixed"
+        return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}){pending}:\n{lines}"
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:/-]{1,64}", re.ASCII)
@@ -107,19 +114,62 @@ def _masked(error: Mapping[str, Any], errors: list[Any]) -> bool:
     )
 
 
+def _cross_field_problems(error: ValidationError) -> list[Problem] | None:
+    """The cross-field problems StackConfig's validation found, or None when it stopped at field errors."""
+    for detail in error.errors():
+        if isinstance(detail.get("ctx", {}).get("error"), CrossFieldError):
+            return detail["ctx"]["error"].problems
+    return None
+
+
+def _without_key(tree: Any, location: tuple[Any, ...]) -> Any:
+    """``tree`` without the mapping key at ``location``, copying only the containers on the way."""
+    head, *rest = location
+    if not rest:
+        return {key: value for key, value in tree.items() if key != head}
+    copy = dict(tree) if isinstance(tree, Mapping) else list(tree)
+    copy[head] = _without_key(tree[head], tuple(rest))
+    return copy
+
+
+def _checked_without_unknown_keys(raw: Mapping[str, Any], unknown: list[tuple[Any, ...]]) -> list[Problem] | None:
+    """The cross-field problems of ``raw`` less its unknown keys; None when that is no config
+    the checks can run on."""
+    try:
+        for location in unknown:
+            raw = _without_key(raw, location)
+    except (AttributeError, IndexError, KeyError, TypeError):  # a location inside no plain mapping or list
+        return None
+    try:
+        StackConfig.model_validate(raw)
+    except ValidationError as error:
+        return _cross_field_problems(error)
+    return []
+
+
+def _config_error(raw: Mapping[str, Any], error: ValidationError, source: str) -> ConfigError:
+    """One ConfigError with every problem: the cross-field ones too, whenever the field errors allow."""
+    cross_field = _cross_field_problems(error)
+    if cross_field is not None:
+        return ConfigError(cross_field, source)
+    details = error.errors()
+    errors = [e for e in details if not _masked(e, details)]
+    unknown = [tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
+    # An unknown key changes no value the checks read; any other field error would have them
+    # judge a value the user did not write (a default, or nothing).
+    checked = _checked_without_unknown_keys(raw, unknown) if len(unknown) == len(errors) else None
+    problems = [_problem_from_error(e) for e in errors] + (checked or [])
+    return ConfigError(problems, source, cross_field_checked=checked is not None)
+
+
 def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
     """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError."""
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("(top level)", "config must be a mapping of keys to values", raw)], source)
     try:
-        config = StackConfig.model_validate(dict(raw))
+        return StackConfig.model_validate(dict(raw))
     except ValidationError as error:
-        errors = error.errors()
-        raise ConfigError([_problem_from_error(e) for e in errors if not _masked(e, errors)], source) from None
-    problems = cross_field_problems(config)
-    if problems:
-        raise ConfigError(problems, source)
-    return config
+        raise _config_error(raw, error, source) from None
 
 
 def _namespaced(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,17 +3,18 @@
 Every top-level key of a stack's ``dualsched:`` config is a field of
 :class:`StackConfig`; keys are camelCase as written in ``Pulumi.<stack>.yaml``
 (``pulumi config set --path 'pools[0].gpusPerNode' 8``). Field-level rules live
-on the fields; rules that relate several fields live in :mod:`config.checks`.
+on the fields; rules that relate several fields live in :mod:`config.checks` and
+run as part of StackConfig's own validation, so every StackConfig has passed them.
 Models are frozen: once validated, a config is never changed downstream.
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from config.quantities import parse_quantity
@@ -39,6 +40,7 @@ from config.types import (
     SingleLine,
     SlurmTime,
     SqlName,
+    TimeOfDay,
 )
 
 
@@ -78,6 +80,10 @@ class PoolMode(str, Enum):
     """Slurm gets ``slurmGpus`` GPUs per node; the rest stay allocatable to Kubernetes."""
     KUBERNETES = "kubernetes"
     """No slurmd: the whole node serves Kubernetes workloads such as inference."""
+    TIME_SHARED = "time-shared"
+    """Every GPU belongs to Slurm outside the pool's ``inferenceWindow`` and to Kubernetes inside it:
+    a daily Slurm reservation keeps jobs off the nodes during the window, and a window taint keeps
+    inference pods off them outside it."""
 
 
 class TaintEffect(str, Enum):
@@ -202,12 +208,38 @@ class Placement(Model):
     """Node label whose value is the name of the pool a node belongs to."""
     slurm_taint_key: OwnLabelKey = "dualsched.io/slurm"
     """Taint key that marks nodes whose GPUs belong to Slurm."""
+    window_taint_key: OwnLabelKey = "dualsched.io/inference-window"
+    """NoExecute taint on time-shared nodes while their inference window is closed."""
 
 
 # ----------------------------------------------------------------------------- pools
 
 MAX_NODES = 5000
 """Kubernetes supports clusters of at most 5000 nodes ("Considerations for large clusters")."""
+
+
+class InferenceWindow(Model):
+    """The daily hours, in UTC, when a time-shared pool's GPUs belong to Kubernetes."""
+
+    start: TimeOfDay
+    """When the window opens each day, 'HH:MM' UTC."""
+    duration_minutes: int = Field(ge=1, le=1439)
+    """How long it stays open (a window of a whole day is a kubernetes pool)."""
+
+    @property
+    def start_minute(self) -> int:
+        """Minutes after midnight UTC."""
+        hours, minutes = self.start.split(":")
+        return int(hours) * 60 + int(minutes)
+
+
+class NodeAllocatable(Model):
+    """What each node of a pool offers to pods: the kubelet's Allocatable (capacity minus system reserves)."""
+
+    cpus: int = Field(ge=1, le=4096)
+    """Allocatable CPUs per node."""
+    memory_mb: int = Field(ge=1, le=2**31)
+    """Allocatable memory per node, in MiB."""
 
 
 class NodePool(Model):
@@ -237,6 +269,11 @@ class NodePool(Model):
     """Size of the memory-backed /dev/shm jobs share (NCCL, PyTorch); it counts against the jobs' memory. Defaults to half of that."""
     taints: Optional[tuple[Taint, ...]] = Field(None, max_length=MAX_ITEMS)
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
+    allocatable: Optional[NodeAllocatable] = None
+    """Each node's allocatable CPUs and memory. Required in partitioned and time-shared mode, where
+    Slurm's share (cpus, realMemoryMb) comes out of it and the rest is the Kubernetes share."""
+    inference_window: Optional[InferenceWindow] = None
+    """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
 
     @field_validator("nodes")
     @classmethod
@@ -281,7 +318,9 @@ class NodePool(Model):
 
     @property
     def kubernetes_gpu_count(self) -> int:
-        """GPUs per node left allocatable to Kubernetes workloads."""
+        """GPUs per node Kubernetes workloads may use (inside the window, for a time-shared pool)."""
+        if self.mode is PoolMode.TIME_SHARED:
+            return self.gpus_per_node
         return max(0, self.gpus_per_node - self.slurm_gpu_count)
 
 
@@ -600,6 +639,21 @@ class StackConfig(Model):
     submission: Submission = Submission()
     """Job submission from Kubernetes."""
 
+    @model_validator(mode="after")
+    def _passes_the_cross_field_checks(self) -> StackConfig:
+        # Imported here: config.checks imports this module for the classes it checks.
+        from config.checks import CrossFieldError, cross_field_problems
+
+        problems = cross_field_problems(self)
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> StackConfig:
+        """A copy; with ``update``, validated again as a whole (pydantic's copy validates nothing)."""
+        copy = super().model_copy(update=update, deep=deep)
+        return type(self).model_validate(dict(copy)) if update else copy
+
     @property
     def protect_state(self) -> bool:
         if self.protect is None:
@@ -616,6 +670,11 @@ class StackConfig(Model):
         if pool.mode is PoolMode.DEDICATED:
             return (Taint(key=self.placement.slurm_taint_key),)
         return ()
+
+    @property
+    def window_taint(self) -> Taint:
+        """The taint a time-shared pool's nodes carry while their inference window is closed."""
+        return Taint(key=self.placement.window_taint_key, value="closed", effect=TaintEffect.NO_EXECUTE)
 
     @property
     def slurm_pools(self) -> tuple[NodePool, ...]:

@@ -60,6 +60,8 @@ _LABEL_VALUE = _pattern(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 # Slurm time limit: INFINITE/UNLIMITED, minutes, minutes:seconds, hours:minutes:seconds,
 # days-hours, days-hours:minutes, days-hours:minutes:seconds (slurm.conf(5), MaxTime).
 # Six digits in the leading field keep every form below Slurm's uint32 minutes.
+# A time of day on the 24-hour clock, "HH:MM" (UTC).
+_TIME_OF_DAY = _pattern(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 _SLURM_TIME = _pattern(r"INFINITE|UNLIMITED|[0-9]{1,6}(:[0-9]{2}){0,2}|[0-9]{1,6}-[0-9]{1,2}(:[0-9]{2}){0,2}")
 
 # One segment of a path: a subPath must not contain '..', and a model path must
@@ -206,6 +208,7 @@ LabelValue = Annotated[str, _matching(_LABEL_VALUE, "must be a Kubernetes label 
 SlurmTime = Annotated[
     str, _matching(_SLURM_TIME, "must be a Slurm time such as '7-00:00:00', '48:00:00' or 'INFINITE'", 16)
 ]
+TimeOfDay = Annotated[str, _matching(_TIME_OF_DAY, "must be a time of day 'HH:MM' on the 24-hour clock (UTC)", 5)]
 # 1024: a path Kubernetes and NFS accept without trouble (Linux PATH_MAX is 4096).
 RelativePath = Annotated[
     str,

@@ -17,6 +17,7 @@ resource policy that validates a DaemonSet.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -139,6 +140,12 @@ RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-
 RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io")
 
 
+# Kept in step with components/node_keeper.py: the node keeper's ConfigMap, whose desired state names
+# the taints it sets on the pools' nodes. The program sets no Node's spec.taints itself any more.
+NODE_KEEPER = "node-keeper"
+NODE_KEEPER_STATE = "desired.json"
+
+
 def is_reserved_namespace(name: str) -> bool:
     return name in RESERVED_NAMESPACES or name.startswith("kube-")
 
@@ -151,8 +158,12 @@ def is_reserved_key(key: str) -> bool:
 # ---------------------------------------------------------------------------- rules
 
 
+PRIVILEGE_EQUIVALENT = frozenset({"SYS_ADMIN", "ALL"})
+"""Capabilities that amount to privileged: SYS_ADMIN mounts, changes cgroups and device rules."""
+
+
 def privileged_only_slurmd(resource: Resource, settings: Settings) -> list[str]:
-    """Privileged containers and hostNetwork only in the Slurm namespace's slurmd pods."""
+    """Privileged containers, CAP_SYS_ADMIN and hostNetwork only in the Slurm namespace's slurmd pods."""
     pod = pod_template(resource.manifest)
     if pod is None:
         return []
@@ -166,11 +177,14 @@ def privileged_only_slurmd(resource: Resource, settings: Settings) -> list[str]:
             f"(label {NAME_LABEL}={SLURMD}) in the Slurm namespace '{settings.slurm_namespace}'"
         )
     for container in containers(pod_spec):
-        if (container.get("securityContext") or {}).get("privileged"):
+        context = container.get("securityContext") or {}
+        added = {str(c).upper().removeprefix("CAP_") for c in (context.get("capabilities") or {}).get("add") or []}
+        if context.get("privileged") or added & PRIVILEGE_EQUIVALENT:
+            what = "is privileged" if context.get("privileged") else f"adds {', '.join(sorted(added & PRIVILEGE_EQUIVALENT))}"
             problems.append(
-                f"{resource.label}: container '{container.get('name')}' is privileged; privileged containers are "
-                f"allowed only in slurmd pods (label {NAME_LABEL}={SLURMD}) in the Slurm namespace "
-                f"'{settings.slurm_namespace}'"
+                f"{resource.label}: container '{container.get('name')}' {what}; privileged containers and "
+                f"{'/'.join(sorted(PRIVILEGE_EQUIVALENT))} are allowed only in slurmd pods (label {NAME_LABEL}={SLURMD}) "
+                f"in the Slurm namespace '{settings.slurm_namespace}'"
             )
     return problems
 
@@ -256,6 +270,26 @@ def gpu_limits_and_pools(resource: Resource, settings: Settings) -> list[str]:
     return problems
 
 
+def kept_taints(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The taints the node keeper's ConfigMap would set on nodes (static and window); none for other objects."""
+    labels = (manifest.get("metadata") or {}).get("labels") or {}
+    state = (manifest.get("data") or {}).get(NODE_KEEPER_STATE)
+    if manifest.get("kind") != "ConfigMap" or labels.get(NAME_LABEL) != NODE_KEEPER or not isinstance(state, str):
+        return []
+    pools = json.loads(state)["pools"]
+    return [*(t for pool in pools for t in pool["taints"]), *(pool["window"]["taint"] for pool in pools if pool["window"])]
+
+
+def node_keys(resource: Resource) -> list[tuple[str, Any]]:
+    """(label or taint, key) of what the resource puts on nodes: a Node's labels and taints, the keeper's taints."""
+    if resource.kind == "Node":
+        labels = (resource.manifest.get("metadata") or {}).get("labels") or {}
+        taints = (resource.manifest.get("spec") or {}).get("taints") or []
+    else:
+        labels, taints = {}, kept_taints(resource.manifest)
+    return [("label", key) for key in labels] + [("taint", taint.get("key")) for taint in taints]
+
+
 def no_system_namespaces_or_keys(resource: Resource, settings: Settings) -> list[str]:
     """Nothing in Kubernetes' own namespaces; no node label or taint under its reserved prefixes."""
     metadata = resource.manifest.get("metadata") or {}
@@ -266,15 +300,12 @@ def no_system_namespaces_or_keys(resource: Resource, settings: Settings) -> list
             f"{resource.label}: namespace {namespace!r} is Kubernetes' own (default, kube-system, kube-public, "
             "kube-*); the stack's objects belong in its own namespaces"
         )
-    if resource.kind == "Node":
-        keys = [("label", key) for key in metadata.get("labels") or {}]
-        keys += [("taint", taint.get("key")) for taint in (resource.manifest.get("spec") or {}).get("taints") or []]
-        problems += [
-            f"{resource.label}: {what} {key!r} is under a prefix Kubernetes reserves for itself (kubernetes.io/, "
-            "k8s.io/ and their subdomains); use the stack's own prefix"
-            for what, key in keys
-            if isinstance(key, str) and is_reserved_key(key)
-        ]
+    problems += [
+        f"{resource.label}: {what} {key!r} is under a prefix Kubernetes reserves for itself (kubernetes.io/, "
+        "k8s.io/ and their subdomains); use the stack's own prefix"
+        for what, key in node_keys(resource)
+        if isinstance(key, str) and is_reserved_key(key)
+    ]
     return problems
 
 
@@ -441,7 +472,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "privileged-only-slurmd",
-        "Privileged containers and hostNetwork only in the Slurm namespace's slurmd pods.",
+        "Privileged containers, CAP_SYS_ADMIN and hostNetwork only in the Slurm namespace's slurmd pods.",
         privileged_only_slurmd,
     ),
     Rule(

@@ -19,7 +19,6 @@ from components.accounting import (
     database_init_script,
     mariadb_command,
 )
-from components.identity import SLURM_UID
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume, walk
 
 

@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+from pydantic import ValidationError
 
-from config import ConfigError, parse_stack_config
+from config import ConfigError, StackConfig, parse_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "__main__.py"
@@ -122,6 +123,15 @@ def assert_clear_message(text: str, problem_count: int) -> None:
         assert PROBLEM_LINE.match(line[2:]), f"not '<path>: <what> (got <value>)': {line!r}"
 
 
+def model_accepts(raw: dict[str, Any]) -> bool:
+    """Whether StackConfig itself accepts the config: a ValidationError and nothing else otherwise."""
+    try:
+        StackConfig.model_validate(copy.deepcopy(raw))
+    except ValidationError:
+        return False
+    return True
+
+
 def check(raw: dict[str, Any]) -> str:
     """The property, for one config dict. Returns 'accepted' or 'rejected'."""
     # The library entry point: accepted, or a ConfigError and nothing else.
@@ -134,6 +144,8 @@ def check(raw: dict[str, Any]) -> str:
         for problem in error.problems:
             assert PROBLEM_LINE.match(str(problem)), f"not '<path>: <what> (got <value>)': {str(problem)!r}"
         assert_clear_message(str(error), len(error.problems))
+    # No way around the cross-field checks: the model itself draws the same line.
+    assert model_accepts(raw) == accepted, "StackConfig.model_validate and parse_stack_config disagree"
 
     # The program `pulumi up` runs: reject before registering anything, or build.
     error, registered = run_main(raw)

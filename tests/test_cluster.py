@@ -82,6 +82,17 @@ def test_slurmd_and_model_servers_wait_for_the_labels_of_their_nodes(stack):
         assert patches(inference_pools) <= set(component.dependencies), component.name
 
 
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_labels_and_model_servers_wait_for_the_node_keeper(stack):
+    """A node joins its pool (its label) only once its taints are there, and no model server starts before."""
+    rendered = render_stack(stack)
+    [deployment] = [r.urn for r in rendered.resources if r.type == "kubernetes:apps/v1:Deployment" and r.name == "dualsched-node-keeper"]
+    waiting = rendered.components("dualsched:nodepools:GpuNodePool") + rendered.components("dualsched:inference:ModelServer")
+    assert len(waiting) == len(rendered.config.pools) + len(rendered.config.inference.models)
+    for component in waiting:
+        assert deployment in component.dependencies, component.name
+
+
 def test_dev_cluster_outputs():
     outputs = render_stack("dev").outputs_of(CLUSTER)
     assert outputs["namespaces"] == {"slurm": "slurm", "inference": "inference", "jobs": "slurm-jobs"}

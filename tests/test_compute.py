@@ -94,13 +94,59 @@ def test_custom_taints_are_tolerated_exactly():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_host_network_with_cluster_dns_and_privileged(stack):
+def test_host_network_with_cluster_dns_and_on_delete_updates(stack):
     for daemonset in _daemonsets(render_stack(stack)).values():
         spec = pod_spec(daemonset)
         assert spec["hostNetwork"] is True
         assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-        assert container(daemonset, "slurmd")["securityContext"] == {"privileged": True}
         assert daemonset.manifest["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_dedicated_and_partitioned_slurmd_is_not_privileged(stack):
+    """The runtime's device cgroup then admits only the GPUs the kubelet allocated to slurmd; it keeps
+    the two capabilities job cgroups and CPU binding need."""
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        assert container(daemonset, "slurmd")["securityContext"] == {
+            "privileged": False,
+            "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
+            "appArmorProfile": {"type": "Unconfined"},
+        }
+
+
+def test_on_cgroup_v2_slurmd_remounts_its_own_cgroup_writable_and_mounts_no_host_cgroups():
+    daemonset = _daemonsets(render_stack("dev"))["gpu"]
+    slurmd = container(daemonset, "slurmd")
+    assert slurmd["command"][:2] == ["sh", "-c"]
+    assert slurmd["command"][2].startswith("mount -o remount,rw /sys/fs/cgroup && exec ")
+    assert slurmd["command"][4:7] == ["slurmd", "-D", "-N"]
+    assert "/sys/fs/cgroup" not in mounts(slurmd)
+
+
+def test_on_cgroup_v1_slurmd_writes_job_cgroups_on_the_hosts_tree():
+    daemonset = _daemonsets(render_raw(variant("dev", lambda raw: raw["slurm"].update(cgroupVersion="v1"))))["gpu"]
+    slurmd = container(daemonset, "slurmd")
+    assert slurmd["command"][:3] == ["slurmd", "-D", "-N"]
+    assert mounts(slurmd)["/sys/fs/cgroup"]["name"] == "cgroup"
+    assert volume(daemonset, "cgroup")["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
+
+
+def _time_shared(raw):
+    raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "09:00", "durationMinutes": 480})
+    del raw["pools"][0]["slurmGpus"]
+
+
+def test_time_shared_slurmd_holds_no_gpu_sees_them_all_and_outlasts_the_closed_window():
+    """Inference pods take the GPUs from the device plugin inside the window, so slurmd must not hold
+    them; it is privileged to see every GPU, and tolerates the closed window's NoExecute taint."""
+    daemonset = _daemonsets(render_raw(variant("dev", _time_shared)))["gpu"]
+    slurmd = container(daemonset, "slurmd")
+    assert slurmd["securityContext"] == {"privileged": True}
+    assert "nvidia.com/gpu" not in slurmd["resources"]["limits"]
+    assert slurmd["command"][:3] == ["slurmd", "-D", "-N"]
+    assert {"key": "dualsched.io/inference-window", "operator": "Equal", "value": "closed", "effect": "NoExecute"} in pod_spec(
+        daemonset
+    )["tolerations"]
 
 
 @pytest.mark.parametrize(("stack", "pool", "gpus"), [("dev", "gpu", "6"), ("prod", "h100-a", "8"), ("prod", "h100-b", "8"), ("prod", "h100-shared", "4")])

@@ -13,13 +13,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import pulumi
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from config import ConfigError, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
 from config.checks import Problem
 from config.models import PoolMode, Taint, TaintEffect
-from tests.conftest import raw_stack, stack_file
+from tests.conftest import ROOT, raw_stack, stack_file
 
 SLURM_TAINT = "dualsched.io/slurm"
 
@@ -101,6 +102,30 @@ def test_kubernetes_pool_gives_slurm_no_gpus(dev_raw):
     pool = config.pool("serve")
     assert pool.slurm_gpu_count == 0 and not pool.runs_slurmd
     assert pool not in config.slurm_pools and pool in config.inference_pools
+
+
+def test_time_shared_pool_gives_slurm_every_gpu_and_kubernetes_every_gpu_inside_its_window(dev_raw):
+    dev_raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "22:00", "durationMinutes": 600})
+    del dev_raw["pools"][0]["slurmGpus"]
+    dev_raw["pools"].append({"name": "serve", "nodes": "srv-[1-2]", "mode": "kubernetes"})
+    config = parse_stack_config(dev_raw)
+    pool = config.pool("gpu")
+    assert (pool.slurm_gpu_count, pool.kubernetes_gpu_count) == (8, 8)
+    assert pool.runs_slurmd and pool in config.inference_pools
+    assert pool.inference_window.start_minute == 22 * 60  # a window may cross midnight
+    assert config.pool_taints(pool) == ()  # the window taint comes and goes with the hours
+
+
+def test_a_time_shared_pool_counts_for_replica_floors_with_its_in_window_share(dev_raw):
+    """Only time-shared pools: inference runs inside the window and waits outside it, by design."""
+    dev_raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "09:00", "durationMinutes": 480})
+    del dev_raw["pools"][0]["slurmGpus"]
+    assert parse_stack_config(dev_raw).pool("gpu").kubernetes_gpu_count == 8
+
+    dev_raw["inference"]["models"][0]["replicas"] = {"min": 17, "max": 17}  # 2 nodes x 8 GPUs
+    error = rejection(dev_raw)
+    assert {problem.path for problem in error.problems} == {"inference.models"}
+    assert "17 GPUs, more than the Kubernetes share of the pools inference may use (16)" in str(error)
 
 
 def test_protect_defaults_to_true_in_prod(prod_raw):
@@ -210,6 +235,38 @@ INVALID = [
     Invalid("invalid-hostlist", "dev", {"pools[0].nodes": "gpu-[001-002"}, "pools[0].nodes", "hostlist"),
     Invalid("node-name-not-a-kubernetes-name", "dev", {"pools[0].nodes": "GPU_[1-2]"}, "pools[0].nodes"),
     Invalid("too-many-gpus-per-node", "dev", {"pools[0].gpusPerNode": 65}, "pools[0].gpusPerNode"),
+    # GPU sharing: windows, CPU/memory split, capacity
+    Invalid("time-shared-without-window", "dev", {"pools[0].mode": "time-shared", "pools[0].slurmGpus": DELETE},
+            "pools[0].inferenceWindow", "must say when"),
+    Invalid("window-on-a-partitioned-pool", "dev", {"pools[0].inferenceWindow": {"start": "09:00", "durationMinutes": 60}},
+            "pools[0].inferenceWindow", "only a time-shared pool"),
+    Invalid("window-start-not-a-time-of-day", "dev",
+            {"pools[0].mode": "time-shared", "pools[0].slurmGpus": DELETE,
+             "pools[0].inferenceWindow": {"start": "24:00", "durationMinutes": 60}},
+            "pools[0].inferenceWindow.start", "HH:MM"),
+    Invalid("window-of-a-whole-day", "dev",
+            {"pools[0].mode": "time-shared", "pools[0].slurmGpus": DELETE,
+             "pools[0].inferenceWindow": {"start": "00:00", "durationMinutes": 1440}},
+            "pools[0].inferenceWindow.durationMinutes"),
+    Invalid("time-shared-slurm-gpus-not-all", "prod",
+            {"pools[0].mode": "time-shared", "pools[0].inferenceWindow": {"start": "09:00", "durationMinutes": 60},
+             "pools[0].slurmGpus": 4, "pools[0].taints": []},
+            "pools[0].slurmGpus", "time-shared pool gives Slurm all 8"),
+    Invalid("partitioned-without-allocatable", "dev", {"pools[0].allocatable": DELETE}, "pools[0].allocatable",
+            "allocatable cpus and memoryMb"),
+    Invalid("time-shared-without-allocatable", "dev",
+            {"pools[0].mode": "time-shared", "pools[0].slurmGpus": DELETE, "pools[0].allocatable": DELETE,
+             "pools[0].inferenceWindow": {"start": "09:00", "durationMinutes": 60}},
+            "pools[0].allocatable", "a time-shared pool must give"),
+    Invalid("partitioned-slurm-takes-every-cpu", "dev", {"pools[0].cpus": 62}, "pools[0].cpus",
+            "leaves Kubernetes nothing"),
+    Invalid("partitioned-slurm-takes-more-memory-than-the-node-has", "dev", {"pools[0].realMemoryMb": 300000},
+            "pools[0].realMemoryMb", "allocatable 250000"),
+    Invalid("replica-floors-exceed-the-kubernetes-gpus", "dev", {"inference.models[0].replicas": {"min": 5, "max": 5}},
+            "inference.models", "5 GPUs, more than the Kubernetes share of the pools inference may use (4)"),
+    Invalid("replica-floors-exceed-the-kubernetes-memory", "dev",
+            {"inference.models[0].resources": {"requests": {"cpu": "1", "memory": "250Gi"}, "limits": {"cpu": "1", "memory": "250Gi"}}},
+            "inference.models", "MiB of memory"),
     # taints and tolerations
     Invalid("inference-pool-taint-not-tolerated", "dev", {"pools[0].taints": [{"key": "example.com/reserved"}]},
             "pools[0].taints[0]", "tolerates"),
@@ -401,11 +458,12 @@ def test_several_problems_are_all_reported_at_once(dev_raw):
     assert sorted(problem.path for problem in error.problems) == sorted([
         "pools[0].slurmGpus",
         "inference.models[0].gpus",  # slurmGpus 8 leaves inference no GPUs
+        "inference.models",  # ... so the replica floors do not fit either
         "storage.nfs.server",
         "inference.namespace",
         "slurm.controller.stateStorage.accessMode",
     ])
-    assert "(5 problems)" in str(error)
+    assert "(6 problems)" in str(error)
     assert all(problem_line(problem.path).search(str(error)) for problem in error.problems)
 
 
@@ -418,6 +476,25 @@ def test_several_field_errors_are_all_reported_at_once(dev_raw):
 
     assert {problem.path for problem in error.problems} == {"slurm.namespace", "storage.capacity", "kubernetesVersion"}
     assert "(3 problems)" in str(error)
+
+
+def test_unknown_keys_and_cross_field_problems_are_reported_in_one_round(dev_raw):
+    dev_raw["pools"][0]["gpuPerNode"] = 8
+    dev_raw["slurm"]["controller"]["ha"] = True
+    error = rejection(dev_raw)
+    assert [problem.path for problem in error.problems] == ["pools[0].gpuPerNode", "slurm.controller.stateStorage.accessMode"]
+    assert error.cross_field_checked
+
+
+def test_a_field_error_that_keeps_the_cross_field_checks_from_running_says_so(dev_raw):
+    dev_raw["storage"]["capacity"] = "4GB"
+    dev_raw["slurm"]["controller"]["ha"] = True  # found once the capacity is fixed, not before
+    error = rejection(dev_raw)
+    assert [problem.path for problem in error.problems] == ["storage.capacity"]
+    assert not error.cross_field_checked
+    assert str(error).startswith("invalid dualsched config in stack config (1 problem); cross-field checks run once it is fixed:\n")
+    dev_raw["storage"]["capacity"] = "4Gi"
+    assert [problem.path for problem in rejection(dev_raw).problems] == ["slurm.controller.stateStorage.accessMode"]
 
 
 def test_a_bad_item_is_not_also_reported_as_an_empty_list(dev_raw):
@@ -569,7 +646,57 @@ def test_engine_config_reports_problems_with_paths(engine_config, dev_raw):
     assert problem_line("pools[0].slurmGpus").search(str(caught.value))
 
 
+# ------------------------------------------------------- valid by construction
+
+CONSTRUCTORS = {
+    "model_validate": StackConfig.model_validate,
+    "keyword arguments": lambda raw: StackConfig(**raw),
+    "model_validate_json": lambda raw: StackConfig.model_validate_json(json.dumps(raw)),
+}
+
+
+@pytest.mark.parametrize("construct", CONSTRUCTORS.values(), ids=CONSTRUCTORS.keys())
+def test_every_way_to_build_a_stack_config_runs_the_cross_field_checks(dev_raw, construct):
+    dev_raw["pools"][0]["slurmGpus"] = 12  # on 8-GPU nodes: rendered as Gres=gpu:12 when unchecked
+    with pytest.raises(ValidationError) as caught:
+        construct(dev_raw)
+    line = "pools[0].slurmGpus: a partitioned pool gives Slurm between 1 and 7 of its 8 GPUs per node (got 12)"
+    assert line in str(caught.value)
+    [detail] = caught.value.errors()
+    assert "pools[0].slurmGpus" in [problem.path for problem in detail["ctx"]["error"].problems]
+
+
+def test_a_partition_naming_a_missing_pool_is_a_problem_not_a_stop_iteration(dev_raw):
+    dev_raw["slurm"]["partitions"][0]["pools"] = ["nope"]
+    line = "slurm.partitions[0].pools[0]: no pool of that name (pools: gpu) (got 'nope')"
+    with pytest.raises(ValidationError, match=re.escape(line)):
+        StackConfig.model_validate(dev_raw)
+
+
+def test_a_copy_with_an_update_is_validated_again(dev_config):
+    twelve = dev_config.pools[0].model_copy(update={"slurm_gpus": 12})
+    with pytest.raises(ValidationError, match=re.escape("pools[0].slurmGpus")):
+        dev_config.model_copy(update={"pools": (twelve,)})
+    assert dev_config.model_copy(update={"protect": True}).protect_state is True
+    assert dev_config.model_copy() == dev_config
+
+
 # ------------------------------------------------------------------ documentation
+
+
+def _readme_sample_error() -> str:
+    section = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1]
+    return section.split("```\n", 2)[1].removesuffix("\n")
+
+
+def test_the_readme_sample_error_is_what_a_stack_gets(engine_config, prod_raw, monkeypatch):
+    prod_raw["pools"][0]["gpusPerNod"] = 3
+    prod_raw["slurm"]["controller"]["stateStorage"]["accessMode"] = "ReadWriteOnce"
+    engine_config(prod_raw)
+    monkeypatch.setattr(pulumi, "get_stack", lambda: "prod")
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config()
+    assert str(caught.value) == _readme_sample_error()
 
 
 def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
@@ -604,7 +731,7 @@ def test_every_config_field_is_documented(model: type[BaseModel]):
 
 
 def test_pool_modes_are_a_closed_set():
-    assert {mode.value for mode in PoolMode} == {"dedicated", "partitioned", "kubernetes"}
+    assert {mode.value for mode in PoolMode} == {"dedicated", "partitioned", "kubernetes", "time-shared"}
 
 
 def test_user_may_not_take_nobodys_uid(dev_raw):

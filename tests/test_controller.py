@@ -1,4 +1,5 @@
-"""SlurmController: slurmctld StatefulSet, headless Service, state claim, probes, restart hash, reconfigure sidecar."""
+"""SlurmController: slurmctld StatefulSet, headless Service, state claim, probes, restart hash, reconfigure sidecar
+and the window reservations program it runs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from components.identity import users_annotation
-from components.controller import CONFIG_HASH_ANNOTATION, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP
+from components.controller import (
+    CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS,
+)
 from components.identity import SLURM_UID
+from components.programs import source
 from components.slurm_config import CONFIG_DIR
+from components.submission import PROGRAM_DIR
 from components.slurm_files import restart_hash
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
@@ -205,8 +210,21 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert found["/etc/slurm"] == {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True}
     assert found["/run/munge"]["name"] == "munge-socket"
     assert found["/etc/passwd"]["name"] == found["/etc/group"]["name"] == "identity"
+    assert found["/opt/dualsched"] == {"name": "programs", "mountPath": "/opt/dualsched", "readOnly": True}
     # It never sees the state, the key or anything writable but the socket it connects to.
-    assert set(found) == {"/etc/slurm", "/run/munge", "/etc/passwd", "/etc/group"}
+    assert set(found) == {"/etc/slurm", "/opt/dualsched", "/run/munge", "/etc/passwd", "/etc/group"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_config_map(stack):
+    """Mounted by its fixed name as a directory: a new script reaches the sidecar in place, never rolling slurmctld."""
+    rendered = render_stack(stack)
+    statefulset = _statefulset(rendered)
+    programs = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm")
+    assert programs.manifest["data"] == {WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS)}
+    assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
+    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
+    assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 
 def test_reconfigure_sidecar_is_small_and_unprivileged():
@@ -219,21 +237,23 @@ def test_reconfigure_sidecar_is_small_and_unprivileged():
 
 
 def _run_loop(tmp_path: Path, scontrol_exit: str):
-    """RECONFIGURE_LOOP under sh, against a temp config dir, with a fake scontrol and a short sleep."""
-    conf, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "bin", tmp_path / "scontrol.log"
-    conf.mkdir()
-    bin_dir.mkdir()
-    for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
+    """RECONFIGURE_LOOP under sh, against a temp config dir, with a fake scontrol, a fake window
+    reservations program and a short sleep."""
+    conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
+    for directory in (conf, programs, bin_dir):
+        directory.mkdir()
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf", "window-reservations"):
         (conf / name).write_text(f"# {name}\n")
     scontrol = bin_dir / "scontrol"
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
-    script = RECONFIGURE_LOOP.replace(f"{CONFIG_DIR}/", f"{conf}/")
-    loop = f"while sleep {RECONFIGURE_INTERVAL};"
-    assert script.count(loop) == 1
+    (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
+    script = RECONFIGURE_LOOP.replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    sleep = f"sleep {RECONFIGURE_INTERVAL};"
+    assert script.count(sleep) == 1
     # Mark when the first checksum is taken (a change before it would be the baseline), and poll fast.
     ready = tmp_path / "ready"
-    script = script.replace(loop, f"touch {ready}; while sleep 0.1;")
+    script = script.replace(sleep, f"touch {ready}; sleep 0.1;")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     process = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert _wait_for(ready.exists), "the loop never started"
@@ -242,6 +262,10 @@ def _run_loop(tmp_path: Path, scontrol_exit: str):
 
 def _calls(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
+
+
+def _reconfigures(log: Path) -> list[str]:
+    return [call for call in _calls(log) if not call.startswith("windows ")]
 
 
 def _wait_for(predicate, seconds: float = 20.0) -> bool:
@@ -257,14 +281,29 @@ def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
     process, conf, log = _run_loop(tmp_path, "exit 0")
     try:
         time.sleep(0.6)
-        assert _calls(log) == []  # unchanged files: nothing to do
+        assert _reconfigures(log) == []  # unchanged files: nothing to do
         (conf / "slurm.conf").write_text("PartitionName=debug\n")
-        assert _wait_for(lambda: _calls(log) == ["reconfigure"])
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
         time.sleep(0.6)
-        assert _calls(log) == ["reconfigure"]  # the change is applied once
+        assert _reconfigures(log) == ["reconfigure"]  # the change is applied once
         (conf / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
-        assert _wait_for(lambda: _calls(log) == ["reconfigure", "reconfigure"])
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure", "reconfigure"])
+        (conf / "window-reservations").write_text("ReservationName=dualsched-window-gpu\n")
+        time.sleep(0.6)
+        assert _reconfigures(log) == ["reconfigure", "reconfigure"]  # not a Slurm file: Slurm needs no reload
         assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_reconfigure_loop_applies_the_window_reservations_at_start_and_every_round(tmp_path):
+    """At start, then every round: a reservation deleted by hand, or a changed file, is applied within a round."""
+    process, conf, log = _run_loop(tmp_path, "exit 0")
+    try:
+        assert _calls(log)[0] == f"windows {conf}/window-reservations"  # before the first sleep
+        assert _wait_for(lambda: len(_calls(log)) >= 4)
+        assert set(_calls(log)) == {f"windows {conf}/window-reservations"}
     finally:
         process.kill()
         process.wait()
@@ -275,8 +314,8 @@ def test_reconfigure_loop_retries_until_scontrol_succeeds(tmp_path):
     process, conf, log = _run_loop(tmp_path, "exit 1")
     try:
         (conf / "slurm.conf").write_text("PartitionName=debug\n")
-        assert _wait_for(lambda: len(_calls(log)) >= 3)
-        assert set(_calls(log)) == {"reconfigure"}
+        assert _wait_for(lambda: len(_reconfigures(log)) >= 3)
+        assert set(_reconfigures(log)) == {"reconfigure"}
         assert process.poll() is None  # a failure never ends the sidecar
     finally:
         process.kill()

@@ -100,6 +100,25 @@ def test_kubernetes_only_pools_are_eligible_and_dedicated_pools_never():
         assert term["matchExpressions"][0]["values"] == ["h100-shared", "serve"]
 
 
+def _only_time_shared(raw):
+    raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "09:00", "durationMinutes": 480})
+    del raw["pools"][0]["slurmGpus"]
+
+
+def test_servers_that_can_run_only_inside_a_window_are_not_awaited_by_pulumi_up():
+    """Outside the window their pods cannot run: an up then must neither hang nor fail on them."""
+    deployment = _deployments(render_raw(variant("dev", _only_time_shared)))["qwen-small"]
+    assert deployment.manifest["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert pod_spec(deployment)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_servers_with_a_pool_at_every_hour_are_awaited(stack):
+    for deployment in _deployments(render_stack(stack)).values():
+        assert "pulumi.com/skipAwait" not in (deployment.manifest["metadata"].get("annotations") or {})
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_never_tolerates_the_slurm_taint(stack):
     rendered = render_stack(stack)

@@ -113,6 +113,17 @@ def test_the_token_minter_accepts_the_submission_namespace_and_calls_the_api_ser
     assert rules(policies(moved, SLURM_NS)["slurm-token-minter"], "egress") == {8443: {"ip:10.0.0.0/24"}}
 
 
+@pytest.mark.parametrize("stack, api_server", [("dev", "ip:10.0.0.0/24"), ("prod", "ip:10.9.0.0/28")])
+def test_the_node_keeper_calls_the_api_server_only_and_nobody_calls_it(stack, api_server):
+    spec = policies(render_stack(stack), SLURM_NS)["node-keeper"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "node-keeper"}
+    assert spec["policyTypes"] == ["Egress"] and "ingress" not in spec
+    assert rules(spec, "egress") == {443: {api_server}, 6443: {api_server}}
+    # the same rule as the minter's, wherever the API server listens
+    moved = render_raw(variant(stack, lambda raw: raw["network"].update(apiServerPorts=[8443])))
+    assert rules(policies(moved, SLURM_NS)["node-keeper"], "egress") == {8443: {api_server}}
+
+
 def test_jobs_call_slurmctld_slurmrestd_and_the_minter_and_nothing_calls_them():
     specs = policies(render_stack("dev"), JOBS_NS)
     assert set(specs) == {"default-deny", "allow-dns", "slurm-services"}
@@ -150,7 +161,7 @@ def test_node_cidrs_are_every_block_the_nodes_get():
 def test_accounting_disabled_drops_the_slurmdbd_and_mariadb_rules():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"]["accounting"].update(enabled=False)))
     specs = policies(rendered, SLURM_NS)
-    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter"}
+    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter", "node-keeper"}
     assert rules(specs["slurmctld"], "ingress") == {6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:slurmctld", "ip:10.0.0.0/24"}}
 
 

@@ -1,4 +1,5 @@
-"""GpuNodePool: label and taint existing nodes with NodePatch, and leave them so on delete."""
+"""GpuNodePool: label existing nodes with NodePatch, and leave them so on delete. Their taints are the
+node keeper's (tests/test_node_keeper.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from components.nodepools import FIELD_MANAGER, MODE_LABEL, SLURM_GPUS_LABEL
 from rendering import render_raw, render_stack, variant
 
 POOL_LABEL = "dualsched.io/pool"
-SLURM_TAINT = {"key": "dualsched.io/slurm", "value": "true", "effect": "NoSchedule"}
 
 
 def _nodes(rendered) -> dict:
@@ -39,26 +39,13 @@ def test_nodes_carry_the_pool_mode_and_slurm_share_labels(stack):
             assert nodes[name].manifest["metadata"]["annotations"] == {"pulumi.com/patchFieldManager": FIELD_MANAGER}
 
 
-def test_dedicated_nodes_get_the_slurm_taint():
-    nodes = _nodes(render_stack("prod"))
-    for name in ("gpu-a-001", "gpu-a-032", "gpu-b-017"):
-        assert nodes[name].manifest["spec"] == {"taints": [SLURM_TAINT]}
-    assert nodes["gpu-a-001"].manifest["metadata"]["labels"][SLURM_GPUS_LABEL] == "8"
-
-
-@pytest.mark.parametrize(("stack", "node"), [("dev", "gpu-001"), ("prod", "gpu-s-016")])
-def test_pools_without_taints_send_no_spec(stack, node):
-    """Taints are one list under server-side apply: an empty one would clear taints others manage."""
-    assert "spec" not in _nodes(render_stack(stack))[node].manifest
-
-
-def test_custom_taints_replace_the_default():
-    def taint(raw):
-        raw["pools"][0]["taints"] = [{"key": "example.com/reserved", "value": "ml", "effect": "PreferNoSchedule"}]
-        raw["inference"]["tolerations"] = [{"key": "example.com/reserved"}]
-
-    nodes = _nodes(render_raw(variant("dev", taint)))
-    assert nodes["gpu-002"].manifest["spec"] == {"taints": [{"key": "example.com/reserved", "value": "ml", "effect": "PreferNoSchedule"}]}
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_node_patches_send_no_taints(stack):
+    """Taints are one atomic list under server-side apply: a patch that sent them would conflict with
+    every other writer, or wipe their taints. Dedicated pools' nodes too: the keeper sets theirs."""
+    for node in render_stack(stack).by_kind("Node"):
+        assert "spec" not in node.manifest, node.name
+    assert _nodes(render_stack("prod"))["gpu-a-001"].manifest["metadata"]["labels"][SLURM_GPUS_LABEL] == "8"
 
 
 def test_kubernetes_pools_are_labelled_with_no_slurm_share():
@@ -67,12 +54,12 @@ def test_kubernetes_pools_are_labelled_with_no_slurm_share():
 
     nodes = _nodes(render_raw(variant("dev", add_pool)))
     assert nodes["inf-01"].manifest["metadata"]["labels"] == {POOL_LABEL: "serve", MODE_LABEL: "kubernetes", SLURM_GPUS_LABEL: "0"}
-    assert "spec" not in nodes["inf-01"].manifest
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_node_patches_are_retained_on_delete(stack):
-    """Removing the program must not strip labels and taints from nodes in the middle of a job.
+    """Removing the program must not strip labels from nodes in the middle of a job (nor their taints:
+    nothing removes those once the keeper is gone).
 
     Observed on the RegisterResource request the engine would receive (retainOnDelete).
     """

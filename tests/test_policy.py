@@ -21,9 +21,10 @@ from typing import Any, Callable, Optional
 import pytest
 import yaml
 
+from components.node_keeper import KEEPER, STATE_FILE
 from config import StackConfig, parse_stack_config
 from policy import offline
-from policy.rules import RULES, Resource, Settings, violations
+from policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +119,13 @@ def test_privileged_inference_container_is_rejected(dev):
     rejected(program, "privileged-only-slurmd", "container 'server' is privileged")
 
 
+def test_sys_admin_outside_slurmd_is_rejected_like_privileged(dev):
+    def add_sys_admin(manifest):
+        first_container(manifest)["securityContext"]["capabilities"] = {"drop": ["ALL"], "add": ["CAP_SYS_ADMIN"]}
+
+    rejected(dev.mutated("Deployment", "qwen-small", add_sys_admin), "privileged-only-slurmd", "container 'server' adds SYS_ADMIN")
+
+
 def test_host_network_outside_slurmd_is_rejected(dev):
     program = dev.mutated("Deployment", "slurmdbd", lambda m: pod_spec(m).update(hostNetwork=True))
     rejected(program, "privileged-only-slurmd", "hostNetwork is allowed only for slurmd pods")
@@ -126,7 +134,7 @@ def test_host_network_outside_slurmd_is_rejected(dev):
 def test_slurmd_outside_the_slurm_namespace_is_rejected(dev):
     program = dev.mutated("DaemonSet", "slurmd", lambda m: m["metadata"].update(namespace="batch"))
     messages = rejected(program, "privileged-only-slurmd", "Slurm namespace 'slurm'")
-    assert len(messages) == 2  # hostNetwork and the privileged slurmd container
+    assert len(messages) == 2  # hostNetwork, and slurmd's CAP_SYS_ADMIN
 
 
 def test_privileged_pod_in_the_slurm_namespace_without_the_slurmd_label_is_rejected(dev):
@@ -168,6 +176,37 @@ def test_the_taint_key_comes_from_pack_config(dev):
     program = dev.mutated("Deployment", "qwen-small", lambda m: pod_spec(m).update(tolerations=[toleration]))
     assert program.violations() == []
     rejected(program, "no-slurm-toleration-outside-slurm", "'example.com/hpc'", slurm_taint_key="example.com/hpc")
+
+
+# ------------------------------------------------------------------ node labels and taints
+
+
+def _keeper_state(edit: Callable[[dict], None]) -> Callable[[dict], None]:
+    """An edit of the node keeper's desired state, inside its ConfigMap."""
+
+    def edit_config_map(manifest: dict) -> None:
+        state = json.loads(manifest["data"][STATE_FILE])
+        edit(state)
+        manifest["data"][STATE_FILE] = json.dumps(state)
+
+    return edit_config_map
+
+
+def test_the_pack_finds_the_node_keepers_state_by_the_components_names():
+    """The pack runs without the project's packages: its copies of the names must not drift."""
+    assert (NODE_KEEPER, NODE_KEEPER_STATE) == (KEEPER, STATE_FILE)
+
+
+def test_a_reserved_taint_key_in_the_node_keepers_state_is_rejected(prod):
+    """Taints reach the nodes through the keeper, not NodePatch: the rule reads them there."""
+    reserved = _keeper_state(lambda state: state["pools"][0]["taints"][0].update(key="node.kubernetes.io/unschedulable"))
+    rejected(prod.mutated("ConfigMap", "node-keeper", reserved), "no-system-namespaces-or-keys", "taint 'node.kubernetes.io/unschedulable'")
+
+
+def test_a_reserved_window_taint_key_is_rejected(dev):
+    window = {"startMinute": 540, "durationMinutes": 480, "taint": {"key": "k8s.io/window", "value": "closed", "effect": "NoExecute"}}
+    program = dev.mutated("ConfigMap", "node-keeper", _keeper_state(lambda state: state["pools"][0].update(window=window)))
+    rejected(program, "no-system-namespaces-or-keys", "taint 'k8s.io/window'")
 
 
 # ------------------------------------------------------------------------------ GPUs

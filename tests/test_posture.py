@@ -61,12 +61,11 @@ PROPERTIES = {
 # (kind, object name pattern, container name) -> {property: why this software needs it}
 ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
     ("DaemonSet", "*slurmd-*", "slurmd"): {
-        "not privileged": "slurmd creates job cgroups, binds GPU devices and starts steps as job users",
-        "allowPrivilegeEscalation=false": "privileged implies it; slurmstepd switches to the job user",
+        "allowPrivilegeEscalation=false": "jobs run inside this container and may run setuid programs (no_new_privs would break them)",
         "non-root": "slurmd runs as root to start job steps as the submitting user",
-        "drops ALL capabilities": "a privileged container holds every capability regardless",
+        "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE",
         "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
-        "seccomp RuntimeDefault": "privileged containers are seccomp-unconfined whatever is set",
+        "seccomp RuntimeDefault": "jobs run arbitrary user programs (MPI, container runtimes) the default profile may refuse",
     },
     ("*", "*", "munged"): {
         "non-root": "munged refuses a key file it does not own and Secret volume files belong to root; it keeps no capability",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from components import render as render_module
-from components.render import CLUSTER_SCOPED, REDACTED, main, write_render
+from components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, main, write_render
 from rendering import ROOT, raw_stack, render_stack
 
 SUMMARY_LINE = re.compile(r"^\s+([A-Za-z]+)\s+(\d+)$")
@@ -53,7 +54,7 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
     files = _yaml_files(out)
     assert len(files) == len(render.objects)
     expected_dirs = {obj.namespace or CLUSTER_SCOPED for obj in render.objects} | {"slurm-files"}
-    assert {p.name for p in out.iterdir()} == expected_dirs
+    assert {p.name for p in out.iterdir()} == expected_dirs | {MANIFEST}
     for path in files:
         manifest = yaml.safe_load(path.read_text())
         assert path.parent.name == manifest["metadata"].get("namespace", CLUSTER_SCOPED)
@@ -123,9 +124,91 @@ def test_rendering_twice_gives_the_same_files(tmp_path):
 def test_a_rerender_removes_files_of_deleted_objects(tmp_path):
     out = tmp_path / "out"
     assert main(["--stack", "prod", "--out", str(out)]) == 0
+    assert list(out.rglob("node-gpu-a-*.yaml"))
     assert main(["--stack", "dev", "--out", str(out)]) == 0
     assert len(_yaml_files(out)) == len(render_stack("dev").objects)
     assert not list(out.rglob("node-gpu-a-*.yaml"))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_the_manifest_lists_exactly_what_the_render_wrote_and_is_no_yaml_file(tmp_path):
+    out = tmp_path / "out"
+    assert main(["--stack", "dev", "--out", str(out)]) == 0
+    written = set(_files(out)) - {MANIFEST}
+    assert set(json.loads((out / MANIFEST).read_text())["files"]) == written
+    # the change report reads a render directory with rglob("*.yaml")
+    assert not MANIFEST.endswith((".yaml", ".yml"))
+
+
+def _hand_written_project(root: Path) -> dict[str, bytes]:
+    (root / "nested").mkdir(parents=True)
+    (root / "Pulumi.yaml").write_text("name: my-platform\nruntime: python\n")
+    (root / "nested" / "manifest.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: mine}\n")
+    return _files(root)
+
+
+def test_a_render_refuses_a_directory_it_did_not_write_and_touches_nothing(tmp_path):
+    project = tmp_path / "project"
+    before = _hand_written_project(project)
+    result = _run("--stack", "dev", "--out", str(project))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    problem = result.stderr.strip().splitlines()[-1].strip()
+    assert re.fullmatch(rf"{re.escape(str(project))}: .*{re.escape(MANIFEST)}.* \(got \['Pulumi\.yaml', 'nested'\]\)", problem), problem
+    assert _files(project) == before
+    assert {p.name for p in project.rglob("*")} == {"Pulumi.yaml", "nested", "manifest.yaml"}
+
+
+def test_a_rerender_keeps_files_it_did_not_write_inside_its_own_directory(tmp_path):
+    out = tmp_path / "out"
+    assert main(["--stack", "prod", "--out", str(out)]) == 0
+    (out / "NOTES.yaml").write_text("mine\n")
+    (out / "slurm" / "extra.yaml").write_text("mine too\n")
+    assert main(["--stack", "dev", "--out", str(out)]) == 0
+    assert (out / "NOTES.yaml").read_text() == "mine\n"
+    assert (out / "slurm" / "extra.yaml").read_text() == "mine too\n"
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["empty", "new"])
+def test_an_empty_or_new_directory_is_rendered_into(tmp_path, existing):
+    out = tmp_path / "a" / "b"
+    if existing:
+        out.mkdir(parents=True)
+    assert main(["--stack", "dev", "--out", str(out)]) == 0
+    assert len(_yaml_files(out)) == len(render_stack("dev").objects)
+
+
+def test_a_render_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "slurm-files").mkdir(parents=True)
+    (out / MANIFEST).write_text(json.dumps({"files": []}))
+    (out / "slurm-files" / "slurm.conf").write_text("# mine\n")
+    assert main(["--stack", "dev", "--out", str(out)]) == 2
+    assert "would overwrite files no render wrote (got ['slurm-files/slurm.conf'])" in capsys.readouterr().err
+    assert _files(out) == {MANIFEST: b'{"files": []}', "slurm-files/slurm.conf": b"# mine\n"}
+
+
+@pytest.mark.parametrize("listed", ["../victim.yaml", "/etc/hostname", "a/../../victim.yaml", 7], ids=repr)
+def test_a_manifest_cannot_name_a_file_outside_the_render(tmp_path, capsys, listed):
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "victim.yaml").write_text("keep\n")
+    (out / MANIFEST).write_text(json.dumps({"files": [listed]}))
+    assert main(["--stack", "dev", "--out", str(out)]) == 2
+    assert f"{MANIFEST}: lists a path no render writes (got {listed!r})" in capsys.readouterr().err
+    assert (tmp_path / "victim.yaml").read_text() == "keep\n"
+    assert [p.name for p in out.iterdir()] == [MANIFEST]
+
+
+def test_a_broken_manifest_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST).write_text("{not json")
+    assert main(["--stack", "dev", "--out", str(out)]) == 2
+    assert f"{MANIFEST}: is not a render manifest" in capsys.readouterr().err
 
 
 def test_config_reads_a_stack_file_from_any_path(tmp_path, capsys):

@@ -178,10 +178,103 @@ def test_pool_taint_change_lists_the_nodes(tmp_path):
     compared = compare(tmp_path, "prod", no_execute)
     changes = compared.of(Impact.NODE_CHANGE)
     assert sorted(n for f in changes for n in f.nodes) == [f"gpu-a-{i:03d}" for i in range(1, 33)]
+    # from the node keeper's desired state: the NodePatches carry labels only
+    assert {(f.change.kind, f.change.name.rsplit("-", 1)[0]) for f in changes} == {("ConfigMap", "dualsched-node-keeper")}
     assert "- `gpu-a-[001-032]` (32 nodes): taint `dualsched.io/slurm=true:NoExecute` added; " in compared.markdown
     assert "taint `dualsched.io/slurm=true:NoSchedule` removed" in compared.markdown
     # the pool's slurmd tolerates the new taint: a template change, so a roll of that pool only
     assert [len(f.nodes) for f in compared.of(Impact.SLURMD_ROLL)] == [32]
+
+
+def test_a_window_taint_is_reported_with_its_hours(tmp_path):
+    """The keeper puts it on the node only outside the window: the report says when."""
+
+    def time_shared(raw):
+        raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "22:00", "durationMinutes": 600})
+        raw["pools"][0].pop("slurmGpus")
+        raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "gpusPerNode": 4,
+                             "allocatable": {"cpus": 64, "memoryMb": 256000}})  # fmt: skip
+
+    compared = compare(tmp_path, "dev", time_shared)
+    [change] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-001"]]
+    assert "taint `dualsched.io/inference-window=closed:NoExecute` (outside 22:00–08:00 UTC) added" in change.summary
+    assert change.summary.endswith("pods that do not tolerate the window taint are evicted each day when the window closes")
+    assert "- `gpu-[001-002]` (2 nodes): label `dualsched.io/mode`: `partitioned` → `time-shared`" in compared.markdown
+
+
+@pytest.mark.parametrize(("mode", "says"), [
+    ("time-shared", "a daily reservation keeps Slurm jobs out of the window"),
+    ("dedicated", "stays Pending until the inference pods on the node are gone"),
+    ("kubernetes", "the jobs running there die with it: drain them in Slurm first"),
+])
+def test_a_mode_switch_says_what_it_does_to_running_jobs_and_pods(tmp_path, mode, says):
+    def switch(raw):
+        pool = raw["pools"][0]
+        pool["mode"] = mode
+        pool.pop("slurmGpus")
+        if mode == "time-shared":
+            pool["inferenceWindow"] = {"start": "09:00", "durationMinutes": 480}
+        if mode != "time-shared":  # the models need another pool, and no partition may name a kubernetes pool
+            raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "gpusPerNode": 4})
+        if mode == "kubernetes":
+            raw["slurm"]["partitions"][0]["pools"] = ["slurm-only"]
+            raw["pools"].append({"name": "slurm-only", "nodes": "hpc-[01-02]"})
+
+    compared = compare(tmp_path, "dev", switch)
+    [change] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-001"]]
+    assert f"mode `partitioned` → `{mode}`: " in change.summary and says in change.summary, change.summary
+
+
+def test_a_node_that_leaves_its_pool_keeps_its_labels_and_taints(tmp_path):
+    compared = compare(tmp_path, "prod", lambda raw: raw["pools"][1].update(nodes="gpu-b-[001-031]"))
+    [left] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-b-032"]]
+    assert left.change.kind == "Node" and left.change.op == "delete"
+    assert "node patch removed (labels stay: retain_on_delete; taints stay: the keeper lets go of the node)" in left.summary
+    assert not [part for part in left.summary.split("; ") if part.startswith("taint ")]
+
+
+def _moved(directory: Path, edit: Callable[[Path, dict], bool]) -> None:
+    """Rewrite or remove (``edit`` returns False) each manifest of a render directory."""
+    for path in directory.rglob("*.yaml"):
+        if "slurm-files" in path.parts:
+            continue
+        manifest = yaml.safe_load(path.read_text())
+        if edit(path, manifest):
+            path.write_text(yaml.safe_dump(manifest))
+        else:
+            path.unlink()
+
+
+def _is_keeper(manifest: dict) -> bool:
+    return manifest["kind"] == "ConfigMap" and manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"
+
+
+def test_taints_moving_from_the_node_patches_to_the_keeper_are_no_node_change(tmp_path):
+    """A base rendered by a version whose NodePatches set taints: the same taints, now the keeper's."""
+    render = render_raw(raw_stack("prod")).render
+    write_render(render, tmp_path / "base")
+    write_render(render, tmp_path / "head")
+
+    def patched_taints(path: Path, manifest: dict) -> bool:
+        if manifest["kind"] == "Node" and manifest["metadata"]["name"].startswith(("gpu-a-", "gpu-b-")):
+            manifest["spec"] = {"taints": [{"key": "dualsched.io/slurm", "value": "true", "effect": "NoSchedule"}]}
+        return not _is_keeper(manifest)
+
+    _moved(tmp_path / "base", patched_taints)
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    assert sorted({c.kind for c in plan.changes}) == ["ConfigMap", "Node"]
+    assert not [f for f in _findings(plan) if f.impact is Impact.NODE_CHANGE]
+
+
+def test_removing_the_keeper_leaves_the_taints_on_the_nodes(tmp_path):
+    render = render_raw(raw_stack("prod")).render
+    write_render(render, tmp_path / "base")
+    write_render(render, tmp_path / "head")
+    _moved(tmp_path / "head", lambda path, manifest: not _is_keeper(manifest))
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    [finding] = [f for f in _findings(plan) if f.impact is Impact.NODE_CHANGE]
+    assert len(finding.nodes) == 80 and finding.change.op == "delete"
+    assert "- `gpu-a-[001-032],gpu-b-[001-032],gpu-s-[001-016]` (80 nodes): node keeper removed: the nodes keep their taints as they are" in render_markdown(plan)
 
 
 def headline(markdown: str) -> str:
@@ -216,7 +309,7 @@ def test_cluster_name_change_is_refused_in_the_headline(tmp_path):
 
 def test_a_replaced_slurmd_daemonset_heads_the_report_with_the_jobs_it_kills(tmp_path):
     """Any selector change of a DaemonSet (here edited into the head render) is a replacement."""
-    compared = compare(tmp_path, "dev", lambda raw: None)
+    compare(tmp_path, "dev", lambda raw: None)
     (path,) = (tmp_path / "head").rglob("daemonset-*.yaml")
     manifest = yaml.safe_load(path.read_text())
     manifest["spec"]["selector"]["matchLabels"]["example.com/extra"] = "x"

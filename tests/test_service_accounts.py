@@ -35,6 +35,11 @@ ALLOWED = {
         "asks the API server whose projected token a Job presented (TokenReview) before minting a Slurm token; "
         "TokenReviews are cluster-scoped, so a ClusterRole",
     ),
+    "node-keeper": Allowed(
+        frozenset({"/nodes:get", "/nodes:patch"}),
+        "keeps the pools' taints on their nodes, changing only the taints it set; the ClusterRole names the pool "
+        "nodes in resourceNames, so no other node can be read or patched (tests/test_node_keeper.py)",
+    ),
 }
 
 

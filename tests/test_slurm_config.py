@@ -20,7 +20,7 @@ def _add_partition(raw):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_config_map_holds_exactly_the_three_rendered_files(stack):
+def test_config_map_holds_exactly_the_rendered_slurm_files(stack):
     rendered = render_stack(stack)
     config_map = _config_map(rendered)
     assert config_map.namespace == "slurm"

@@ -162,10 +162,10 @@ def test_only_slurmctld_and_the_minter_mount_the_jwt_key(stack):
 
 def test_the_minter_may_create_token_reviews_and_nothing_else():
     rendered = render_stack("dev")
-    [role] = rendered.by_kind("ClusterRole")
+    [role] = [r for r in rendered.by_kind("ClusterRole") if "token-minter" in r.name]
     assert role.manifest["rules"] == [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]
-    [binding] = rendered.by_kind("ClusterRoleBinding")
-    [account] = rendered.in_namespace("slurm", "ServiceAccount")
+    [binding] = [b for b in rendered.by_kind("ClusterRoleBinding") if b.manifest["roleRef"]["name"] == role.name]
+    [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "token-minter" in a.name]
     assert binding.manifest["roleRef"]["name"] == role.name
     assert binding.manifest["subjects"] == [{"kind": "ServiceAccount", "name": account.name, "namespace": "slurm"}]
     [minter] = [d for d in rendered.by_kind("Deployment") if "token-minter" in d.name]

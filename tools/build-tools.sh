@@ -377,7 +377,14 @@ failed=()
 
 # Tools built from our own sources (tools/gosrc/<tool>): a cached binary built from other
 # sources than the checkout's is stale (the cache key is only the version), so it is rebuilt.
-src_hash() { [ -d "$HERE/gosrc/$1" ] && cat "$HERE/gosrc/$1"/*.go | sha256sum | cut -c1-16; }
+# The hash of a tool's own sources: its Go files, and its build.sh where it has one (the double's pins
+# the k8s.io/kubelet and gRPC modules it builds against).
+src_hash() {
+  local d="$HERE/gosrc/$1" files
+  [ -d "$d" ] || return 1
+  files=("$d"/*.go); [ -f "$d/build.sh" ] && files+=("$d/build.sh")
+  cat "${files[@]}" | sha256sum | cut -c1-16
+}
 src_current() { local h; h=$(src_hash "$1") || return 0; [ "$(cat "$(tool_bindir "$1")/.src-hash" 2>/dev/null)" = "$h" ]; }
 
 build_list() { # build_list LANE TOOL... : sequential builds, progress "(i/n)"

@@ -18,6 +18,12 @@
 # (/var/lib/kubelet/device-plugins), host-network slurmd ports, the bridge and the DNS address are
 # the host's. `up` refuses while another cluster dir's node runs (see /run/dualsched-node/owner).
 #
+# GPUs: like a real GPU node, the host gets a device file per GPU, /dev/nvidia0..N-1 (char 195:K,
+# NVIDIA's numbers, no driver behind them), made by the device plugin double at start and kept while
+# the node runs (a privileged container sees them all; others only what the kubelet allocated);
+# `down` removes them. `up` refuses on a machine with NVIDIA's driver loaded (/proc/driver/nvidia).
+# `down` also removes the cgroups Slurm made for slurmd and its jobs at the host's cgroup root (slurm_<node>).
+#
 # Choices forced by this machine (docs/real-node.md): the host has hybrid cgroup v1, so the
 # kubelet runs with failCgroupV1: false and the cgroupfs driver; Debian's containerd is 1.6
 # (kubelet 1.36 still talks to it; it logs that the RuntimeConfig call is unimplemented); runc
@@ -40,6 +46,7 @@ CLUSTER_CIDR=10.244.0.0/16
 SERVICE_CIDR=10.96.0.0/16   # as tools/cluster.sh gives the API server
 DNS_IP=169.254.20.10
 CGROUP_ROOT=/dualsched
+GPU_DEV_DIR=/dev            # where the double makes the host's nvidiaK device files
 KUBELET_DIR=/var/lib/kubelet
 CNI_BIN=/usr/lib/cni
 DEBS=(containerd runc containernetworking-plugins iptables conntrack ipset)
@@ -313,6 +320,16 @@ r = s.recv(512); sys.exit(0 if struct.unpack(">H", r[6:8])[0] > 0 else 1)
 PY
 }
 
+# The double's host device files /dev/nvidiaK are char 195:K; anything else of that name is not ours.
+gpu_device_files() {
+  local f
+  for f in "$GPU_DEV_DIR"/nvidia[0-9]*; do
+    [ -c "$f" ] && [ "$(stat -c %t "$f")" = c3 ] && [ "$((16#$(stat -c %T "$f")))" = "${f#"$GPU_DEV_DIR"/nvidia}" ] && echo "$f"
+  done
+  return 0
+}
+no_nvidia_driver() { [ ! -e /proc/driver/nvidia ]; }
+
 claim_machine() {
   mkdir -p "$OWNER_DIR"
   if [ -f "$OWNER_DIR/owner" ] && [ "$(cat "$OWNER_DIR/owner")" != "$CLUSTER_DIR" ]; then
@@ -330,6 +347,7 @@ claim_machine() {
 cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "a real node needs root (containerd, network namespaces, cgroups)"
   [ -f "$CLUSTER_DIR/kubeconfig" ] || die "no control plane in $CLUSTER_DIR: run tools/cluster.sh up none"
+  no_nvidia_driver || die "NVIDIA's driver is loaded here (/proc/driver/nvidia): the GPU double's /dev/nvidiaK would stand in for real GPUs"
   local t0; t0=$(date +%s)
   install_debs
   claim_machine
@@ -347,8 +365,8 @@ cmd_up() {
     --root-dir "$KUBELET_DIR" --hostname-override "$NODE" --node-ip "$(host_ip)" \
     --node-labels "dualsched.io/real-node=true" --v 1
   wait_for 120 "node $NODE to register" node_registered
-  start_daemon gpu-device-plugin-double "$(bin_of gpu-device-plugin-double v1)" \
-    --count "$GPUS" --device-dir "$DIR/gpus" --kubelet-dir "$KUBELET_DIR/device-plugins"
+  start_daemon gpu-device-plugin-double "$(bin_of gpu-device-plugin-double "$GPU_DEVICE_PLUGIN_DOUBLE_VERSION")" \
+    --count "$GPUS" --device-dir "$GPU_DEV_DIR" --kubelet-dir "$KUBELET_DIR/device-plugins"
   write_kube_proxy_config
   start_daemon kube-proxy "$(bin_of kube-proxy "$KUBERNETES_VERSION")" --config "$DIR/kube-proxy-config.yaml" --v 1
   write_corefile
@@ -356,6 +374,7 @@ cmd_up() {
   start_kube_router
   wait_for 180 "node $NODE Ready" node_ready
   wait_for 60 "nvidia.com/gpu=$GPUS allocatable on $NODE (device plugin double)" node_has_gpus
+  [ "$(gpu_device_files | wc -l)" -ge "$GPUS" ] || die "the GPU double made no $GPU_DEV_DIR/nvidia0..$((GPUS - 1)) (log: $DIR/logs/gpu-device-plugin-double.log)"
   wait_for 60 "cluster DNS on $DNS_IP" dns_answers
   wait_for 60 "NetworkPolicy enforcement (kube-router's chains)" policies_enforced
   log "up in $(( $(date +%s) - t0 ))s: node $NODE Ready, $GPUS GPUs (double), DNS $DNS_IP, pods on $POD_CIDR"
@@ -363,6 +382,12 @@ cmd_up() {
 
 cmd_down() {
   [ -d "$DIR" ] || { log "no node in $DIR"; return 0; }
+  # what down removes is the machine's (kubelet dir, bridge, cgroups, /dev/nvidiaK): never under another running node
+  local owner; owner=$(cat "$OWNER_DIR/owner" 2>/dev/null || true)
+  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && [ -f "$owner/node/pids/kubelet.pid" ] &&
+     kill -0 "$(cat "$owner/node/pids/kubelet.pid")" 2>/dev/null; then
+    die "the node running on this machine is $owner's, not $CLUSTER_DIR's: not touching it"
+  fi
   local sock="$DIR/containerd/containerd.sock" id
   stop_daemon kube-router; stop_daemon coredns; stop_daemon kube-proxy; stop_daemon gpu-device-plugin-double; stop_daemon kubelet
   if containerd_ready; then
@@ -393,10 +418,22 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
   local name; for name in $(ipset list -n 2>/dev/null); do
     case "$name" in KUBE-*|kube-router*) ipset destroy "$name" 2>/dev/null || true ;; esac
   done
-  local c; for c in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}"; do
+  # Slurm (cgroup v1) makes its own cgroups at the root of the host's hierarchies through slurmd's hostPath
+  # /sys/fs/cgroup: slurm_<node>/system (slurmd) and slurm_<node>/uid_N/job_N (jobs). What is still in this
+  # node's cgroups now was not stopped through containerd (its socket gone...): it goes by its pids.
+  local cgroups=(/sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"slurm_$NODE") c p
+  for p in $(find "${cgroups[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  sleep 0.5
+  for c in "${cgroups[@]}"; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   kc delete node "$NODE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  # the host's GPU device files the double made (never with NVIDIA's driver loaded: then they are real)
+  if no_nvidia_driver; then
+    local f; for f in $(gpu_device_files); do rm -f "$f"; done
+  fi
   rm -rf "$KUBELET_DIR" "$DIR"
   [ "$(cat "$OWNER_DIR/owner" 2>/dev/null)" = "$CLUSTER_DIR" ] && rm -f "$OWNER_DIR/owner"
   log "down"
@@ -409,6 +446,7 @@ cmd_status() {
   for d in "${DAEMONS[@]}"; do
     if pid_alive "$d"; then log "$d: running (pid $(cat "$DIR/pids/$d.pid"))"; else log "$d: not running"; rc=1; fi
   done
+  log "GPU device files: $(gpu_device_files | tr '\n' ' ')"
   if node_ready; then log "node $NODE: Ready, nvidia.com/gpu=$(kc get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')"
   else log "node $NODE: not Ready"; rc=1; fi
   return $rc

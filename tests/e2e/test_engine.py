@@ -5,8 +5,9 @@ preview + up of dev -> placement, storage, Pod Security, no-op preview, no secre
 -> a new partition (configuration only) -> a variant with a Slurm-dedicated pool on two more GPU
 nodes -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
 retained stays: the Slurm namespace with the controller state and database claims, the shared PVs,
-the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. The world
-(cluster, project copy, backend) comes from conftest.py.
+the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. KWOK runs
+no container, so the node keeper's taints are checked as its desired state. The world (cluster,
+project copy, backend) comes from conftest.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
+from components.node_keeper import KEEPER, STATE_FILE
 from components.slurm_config import CLUSTER_NAME_LOCK
 from config import StackConfig, parse_stack_config
 
@@ -136,8 +138,8 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
-    # with the token minter, slurmrestd and every namespace's NetworkPolicies; no munge key or claim for Jobs
-    assert sum(1 for obj in render.objects) == 52
+    # with the token minter, slurmrestd, the node keeper and every namespace's NetworkPolicies; no munge key or claim for Jobs
+    assert sum(1 for obj in render.objects) == 59
 
 
 def test_up_succeeds(dev: Deployed):
@@ -193,24 +195,39 @@ def test_claims_are_bound_to_their_volumes(world: World, dev: Deployed):
             assert volume["metadata"]["labels"].get("dualsched.io/local-pv") == "true", name
 
 
-def check_node_placement(world: World, config: StackConfig) -> None:
+def check_node_labels(world: World, config: StackConfig) -> None:
     current = nodes(world)
     label = config.placement.pool_label
     in_pools = set()
     for pool in config.pools:
-        taints = {(t.key, t.value, t.effect.value) for t in config.pool_taints(pool)}
         for node in pool.node_names:
             in_pools.add(node)
-            meta, spec = current[node]["metadata"], current[node]["spec"]
+            meta = current[node]["metadata"]
             assert meta["labels"].get(label) == pool.name, node
             assert meta["labels"].get("dualsched.io/mode") == pool.mode.value, node
             assert meta["labels"].get("dualsched.io/slurm-gpus") == str(pool.slurm_gpu_count), node
-            have = {(t["key"], t.get("value"), t["effect"]) for t in spec.get("taints", [])}
-            assert taints <= have, node
-            assert not {t for t in have if t[0] == config.placement.slurm_taint_key} - taints, node
     for name, node in current.items():
         if name not in in_pools and name not in EXTRA_NODES:
             assert label not in node["metadata"]["labels"], name
+
+
+def kept_taints(world: World, config: StackConfig) -> dict[str, list[dict[str, str]]]:
+    """Node -> the static taints the node keeper is told to keep there, from its ConfigMap in the cluster.
+
+    KWOK runs no container: the keeper's pod is only marked Ready, so here no taint reaches a node and the
+    keeper's desired state is what can be checked. tests/node/test_node_keeper.py checks it on a real node."""
+    [files] = world.kget("configmaps", "-n", config.slurm.namespace, "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
+    return {node: pool["taints"] for pool in json.loads(files["data"][STATE_FILE])["pools"] for node in pool["nodes"]}
+
+
+def check_node_placement(world: World, config: StackConfig) -> None:
+    check_node_labels(world, config)
+    wanted = {node: [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in config.pool_taints(pool)]
+              for pool in config.pools for node in pool.node_names}  # fmt: skip
+    assert kept_taints(world, config) == wanted
+    # the keeper may read and patch exactly these nodes
+    [role] = world.kget("clusterroles", "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": sorted(wanted), "verbs": ["get", "patch"]}]
 
 
 def test_node_labels_and_taints_come_from_the_config(world: World, dev: Deployed):
@@ -220,8 +237,8 @@ def test_node_labels_and_taints_come_from_the_config(world: World, dev: Deployed
 def test_inference_only_on_inference_eligible_nodes(world: World, dev: Deployed):
     config = dev.config
     eligible = {node for pool in config.inference_pools for node in pool.node_names}
-    slurm_tainted = {name for name, n in nodes(world).items()
-                     if any(t["key"] == config.placement.slurm_taint_key for t in n["spec"].get("taints", []))}
+    slurm_tainted = {name for name, taints in kept_taints(world, config).items()
+                     if any(t["key"] == config.placement.slurm_taint_key for t in taints)}  # fmt: skip
     placed = inference_nodes(world, config)
     assert set(placed) <= eligible - slurm_tainted
 
@@ -239,10 +256,11 @@ def test_pod_security_rejects_privileged_pods_in_inference(world: World, dev: De
     result = world.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
     assert result.returncode != 0
     assert "violates PodSecurity" in result.stderr and "privileged" in result.stderr, result.stderr
-    # ... while the Slurm namespace admits slurmd's privileged pods (they are running)
+    # ... while the Slurm namespace admits slurmd's pods (they are running), whose SYS_ADMIN only "privileged" allows
     slurmd = pods(world, config.slurm.namespace, "app.kubernetes.io/name=slurmd")
     assert slurmd and all(ready(p) for p in slurmd)
-    assert all(c.get("securityContext", {}).get("privileged") for p in slurmd for c in p["spec"]["containers"])
+    daemons = [c for p in slurmd for c in p["spec"]["containers"] if c["name"] == "slurmd"]
+    assert daemons and all("SYS_ADMIN" in c["securityContext"]["capabilities"]["add"] for c in daemons)
 
 
 # ------------------------------------------------------------------ 4. no-op preview
@@ -370,9 +388,9 @@ def test_dedicated_pool_gets_slurmd_and_the_slurm_taint(world: World, dedicated:
     assert slurmd_nodes(world, config, "dedicated") == EXTRA_NODES
     assert slurmd_nodes(world, config, "gpu") == ["gpu-001", "gpu-002"]
     check_node_placement(world, config)
+    kept = kept_taints(world, config)
     for name in EXTRA_NODES:
-        node = world.kget("node", name)
-        assert {"key": config.placement.slurm_taint_key, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+        assert kept[name] == [{"key": config.placement.slurm_taint_key, "value": "true", "effect": "NoSchedule"}]
 
 
 def test_no_inference_pod_on_a_dedicated_node(world: World, dedicated: Deployed):
@@ -438,11 +456,11 @@ def test_destroy_removes_all_but_what_is_retained(world: World, destroyed: Destr
     assert len(destroyed.state_claims) == 2
     assert destroyed.state_claims <= {c["metadata"]["name"] for c in world.kget("pvc", "-n", config.slurm.namespace)["items"]}
     assert not world.kget("daemonsets,statefulsets,deployments", "-n", config.slurm.namespace)["items"]
-    # ... the shared-storage PVs (reclaim Retain) and the node labels/taints
+    # ... the shared-storage PVs (reclaim Retain) and the node labels (the keeper is gone; it removed no taint)
     assert len(volumes) == 2  # the Slurm and inference shares; Jobs have none
     left = {pv["metadata"]["name"] for pv in world.kget("pv")["items"]}
     assert volumes <= left
-    check_node_placement(world, config)
+    check_node_labels(world, config)
     assert json.loads(json.dumps(deployed.stack.export_stack().deployment)).get("resources") in (None, [])
 
 

@@ -10,7 +10,7 @@ run by a real slurmctld that answers and reports the stack's partitions and GRES
 import pytest
 
 from config.loader import ConfigError, parse_stack_config
-from config.models import StackConfig
+from config.models import NodePool, StackConfig
 from harness import DaemonDied, expected_gres, expected_partition_gres, expected_partition_nodes
 
 pytestmark = pytest.mark.slurm
@@ -67,12 +67,15 @@ def test_a_config_the_library_rejects_never_reaches_slurm(cluster, local_raw, br
 
 def test_what_the_gate_prevents_slurmctld_refuses_a_partition_without_slurm_nodes(cluster, local_raw):
     """The first rejected config above, let past the library's cross-field checks."""
-    _pool_for_kubernetes_only(local_raw)
     local_raw["slurm"]["clusterName"] = "unchecked"  # not the running cluster's accounting
+    valid = parse_stack_config(local_raw)
+    _pool_for_kubernetes_only(local_raw)
     with pytest.raises(ConfigError, match="runs no slurmd"):
         parse_stack_config(local_raw)
 
-    unchecked = StackConfig.model_validate(local_raw)  # field rules only
+    # StackConfig always runs the checks: only model_construct, pydantic's explicit bypass, skips them.
+    pools = tuple(NodePool.model_validate(pool) for pool in local_raw["pools"])  # field rules only
+    unchecked = StackConfig.model_construct(**{**dict(valid), "pools": pools})
     controller = cluster.controller_for(unchecked)
     try:
         with pytest.raises(DaemonDied, match="fatal: Invalid node names in partition gpu"):

@@ -133,35 +133,91 @@ func TestIndex(t *testing.T) {
 
 func TestDeviceNodes(t *testing.T) {
 	requireRoot(t)
-	dir := filepath.Join(t.TempDir(), "gpus")
+	dir := filepath.Join(t.TempDir(), "dev")
 	p := newPlugin(config{count: 3, deviceDir: dir, kubeletDir: t.TempDir()}, log.New(&syncBuffer{}, "", 0))
 	if n, err := p.ensureDeviceNodes(); err != nil || n != 3 {
 		t.Fatalf("first ensureDeviceNodes = %d, %v; want 3 created", n, err)
 	}
-	before, _ := os.Stat(filepath.Join(dir, "gpu0"))
-	// a regular file in the way is replaced; existing char devices are kept as they are
-	if err := os.Remove(filepath.Join(dir, "gpu1")); err != nil {
+	for k := 0; k < 3; k++ { // the host's GPU files, named as NVIDIA's driver names them
+		checkDeviceNode(t, filepath.Join(dir, "nvidia"+strconv.Itoa(k)), k)
+	}
+	before, _ := os.Stat(filepath.Join(dir, "nvidia0"))
+	// a regular file in the way is replaced; existing char devices 195:K are kept as they are
+	// (a wrong mode is corrected)
+	if err := os.Remove(filepath.Join(dir, "nvidia1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "gpu1"), []byte("x"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "nvidia1"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "nvidia2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := p.ensureDeviceNodes(); err != nil || n != 1 {
 		t.Fatalf("second ensureDeviceNodes = %d, %v; want 1 created", n, err)
 	}
-	after, _ := os.Stat(filepath.Join(dir, "gpu0"))
+	after, _ := os.Stat(filepath.Join(dir, "nvidia0"))
 	if !os.SameFile(before, after) {
-		t.Errorf("existing gpu0 was recreated")
+		t.Errorf("existing nvidia0 was recreated")
 	}
 	for k := 0; k < 3; k++ {
-		checkDeviceNode(t, filepath.Join(dir, deviceID(k)), k)
+		checkDeviceNode(t, filepath.Join(dir, "nvidia"+strconv.Itoa(k)), k)
+	}
+	// no file of another name: the host has exactly the GPUs' device files
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"nvidia0", "nvidia1", "nvidia2"}; !slices.Equal(names, want) {
+		t.Errorf("device dir holds %v, want %v", names, want)
+	}
+
+	// a device with other numbers is someone else's (a real GPU's, /dev/null...): never replaced
+	if err := os.Remove(filepath.Join(dir, "nvidia1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(dir, "nvidia1"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ensureDeviceNodes(); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Errorf("ensureDeviceNodes over char 1:3: err = %v, want a refusal", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dir, "nvidia1"), &st); err != nil || st.Rdev != unix.Mkdev(1, 3) {
+		t.Errorf("the foreign device was touched: %v, rdev %x", err, st.Rdev)
+	}
+}
+
+func TestOpeningADeviceWithoutDriverGivesENXIO(t *testing.T) {
+	// ENXIO means the device cgroup admitted the open and no driver answers 195:K: the real-node
+	// tests tell "may open this GPU" (ENXIO) from "refused by the device cgroup" (EPERM) by it
+	requireRoot(t)
+	dir := t.TempDir()
+	p := newPlugin(config{count: 1, deviceDir: dir, kubeletDir: t.TempDir()}, log.New(&syncBuffer{}, "", 0))
+	if _, err := p.ensureDeviceNodes(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
+		t.Skip("an NVIDIA driver is loaded here: 195:0 has a driver")
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "nvidia0"), os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		t.Fatal("opening 195:0 succeeded: some driver serves it")
+	}
+	if !errors.Is(err, unix.ENXIO) {
+		t.Errorf("open 195:0: %v, want ENXIO", err)
 	}
 }
 
 func TestPluginWithFakeKubelet(t *testing.T) {
 	requireRoot(t)
 	const count = 4
-	kdir, ddir := t.TempDir(), filepath.Join(t.TempDir(), "gpus")
+	kdir, ddir := t.TempDir(), filepath.Join(t.TempDir(), "dev")
 	logs := &syncBuffer{}
 	t.Cleanup(func() { t.Logf("plugin log:\n%s", logs) })
 	p := newPlugin(config{count: count, deviceDir: ddir, kubeletDir: kdir}, log.New(logs, "", log.Lmicroseconds))
@@ -187,7 +243,7 @@ func TestPluginWithFakeKubelet(t *testing.T) {
 		t.Errorf("RegisterRequest.Options.GetPreferredAllocationAvailable = false")
 	}
 	for k := 0; k < count; k++ {
-		checkDeviceNode(t, filepath.Join(ddir, deviceID(k)), k)
+		checkDeviceNode(t, filepath.Join(ddir, "nvidia"+strconv.Itoa(k)), k)
 	}
 
 	conn, err := grpc.NewClient("unix://"+p.socketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -245,7 +301,8 @@ func TestPluginWithFakeKubelet(t *testing.T) {
 		}
 		var visible []string
 		for j, k := range want {
-			wantSpecs = append(wantSpecs, filepath.Join(ddir, deviceID(k))+" /dev/nvidia"+strconv.Itoa(j)+" rw")
+			// the host's /dev/nvidiaK (as the real plugin's DeviceSpecs), renumbered in the container
+			wantSpecs = append(wantSpecs, filepath.Join(ddir, "nvidia"+strconv.Itoa(k))+" /dev/nvidia"+strconv.Itoa(j)+" rw")
 			visible = append(visible, strconv.Itoa(k))
 		}
 		if !slices.Equal(got, wantSpecs) {
@@ -321,6 +378,10 @@ func TestPluginWithFakeKubelet(t *testing.T) {
 	}
 	if _, err := os.Lstat(p.socketPath); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket still there after shutdown: %v", err)
+	}
+	// the GPUs' device files stay, like a driver's (node.sh down removes them with the node)
+	for k := 0; k < count; k++ {
+		checkDeviceNode(t, filepath.Join(ddir, "nvidia"+strconv.Itoa(k)), k)
 	}
 	select {
 	case r := <-kubelet.reqs:

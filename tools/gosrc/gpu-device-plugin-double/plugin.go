@@ -23,7 +23,6 @@ import (
 const (
 	resourceName = "nvidia.com/gpu"
 	socketName   = "dualsched-gpu-double.sock"
-	// The same device numbers as /dev/null: harmless to open, read and write.
 	// NVIDIA's character major: /dev/nvidiaK is 195:K. No driver here answers to it (opening fails
 	// with ENXIO), but cgroup device rules and Slurm's gres File= tell the GPUs apart by number.
 	devMajor = 195
@@ -34,7 +33,7 @@ var pollInterval = time.Second
 
 type config struct {
 	count      int
-	deviceDir  string // where gpu0..gpuN-1 are created (host side of the DeviceSpecs)
+	deviceDir  string // where nvidia0..nvidiaN-1 are created (host side of the DeviceSpecs): /dev on a node
 	kubeletDir string // the kubelet's device-plugins directory
 }
 
@@ -65,7 +64,10 @@ func newPlugin(cfg config, logger *log.Logger) *plugin {
 
 func deviceID(k int) string { return "gpu" + strconv.Itoa(k) }
 
-func (p *plugin) hostPath(k int) string { return filepath.Join(p.cfg.deviceDir, deviceID(k)) }
+// nodeName is GPU K's device file on the host, as NVIDIA's driver names it: nvidiaK (char 195:K).
+func nodeName(k int) string { return "nvidia" + strconv.Itoa(k) }
+
+func (p *plugin) hostPath(k int) string { return filepath.Join(p.cfg.deviceDir, nodeName(k)) }
 
 // containerPath is the i-th GPU of a container's allocation: /dev/nvidia0..n-1 whichever GPUs it
 // got, so one gres.conf (File=/dev/nvidia[0-n-1]) fits every slurmd pod; the device numbers and
@@ -82,8 +84,12 @@ func (p *plugin) index(id string) (int, error) {
 	return 0, fmt.Errorf("unknown device id %q (this plugin has gpu0..gpu%d)", id, p.cfg.count-1)
 }
 
-// ensureDeviceNodes creates deviceDir/gpu0..gpuN-1 as char devices 195:K, mode 0666, keeping
-// the ones that already are char devices. It returns how many it created.
+// ensureDeviceNodes creates deviceDir/nvidia0..nvidiaN-1 as char devices 195:K, mode 0666, the
+// host's GPU device files on a real GPU node, keeping the ones that already are 195:K. A file of
+// another kind in the way (left by hand, a socket...) is replaced; a device with other numbers is
+// someone else's and an error. It returns how many it created. The nodes are never removed by the
+// plugin: like a driver's they outlive it (a container restarting while the plugin restarts still
+// finds its GPUs); `tools/node.sh down` removes them with the node.
 func (p *plugin) ensureDeviceNodes() (int, error) {
 	if err := os.MkdirAll(p.cfg.deviceDir, 0o755); err != nil {
 		return 0, err
@@ -93,10 +99,19 @@ func (p *plugin) ensureDeviceNodes() (int, error) {
 		path := p.hostPath(k)
 		var st unix.Stat_t
 		err := unix.Lstat(path, &st)
+		kind := st.Mode & unix.S_IFMT
 		switch {
-		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(devMajor, uint32(k)):
+		case err == nil && kind == unix.S_IFCHR && st.Rdev == unix.Mkdev(devMajor, uint32(k)):
+			if st.Mode&0o777 != 0o666 {
+				if err := os.Chmod(path, 0o666); err != nil {
+					return created, err
+				}
+			}
 			continue
-		case err == nil: // something else is in the way (other numbers, a file left by hand, a socket...)
+		case err == nil && (kind == unix.S_IFCHR || kind == unix.S_IFBLK):
+			return created, fmt.Errorf("%s is device %d:%d, not %d:%d: refusing to replace a device this plugin did not make",
+				path, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev)), devMajor, k)
+		case err == nil: // something else is in the way (a file left by hand, a socket...)
 			if err := os.Remove(path); err != nil {
 				return created, fmt.Errorf("replace %s (not char device %d:%d): %w", path, devMajor, k, err)
 			}
@@ -123,7 +138,7 @@ func (p *plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.log.Printf("device nodes %s/gpu0..gpu%d ready (char %d:K, mode 0666; %d created, %d kept)",
+	p.log.Printf("device nodes %s/nvidia0..nvidia%d ready (char %d:K, mode 0666; %d created, %d kept; they stay when the plugin stops)",
 		p.cfg.deviceDir, p.cfg.count-1, devMajor, created, p.cfg.count-created)
 
 	var (
@@ -290,7 +305,7 @@ func (s *service) indices(ids []string, allowDup bool) ([]int, error) {
 	return out, nil
 }
 
-// Allocate maps each requested gpuK to the device node deviceDir/gpuK, seen in the container as
+// Allocate maps each requested gpuK to the host's device node deviceDir/nvidiaK, seen in the container as
 // /dev/nvidia0..n-1 in ascending K, and sets NVIDIA_VISIBLE_DEVICES to the K in ascending order.
 func (s *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}

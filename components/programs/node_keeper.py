@@ -1,0 +1,283 @@
+"""Node keeper: keeps dualsched's taints on its pools' nodes and never touches anyone else's.
+
+Under server-side apply a Node's ``spec.taints`` is one atomic list, so a Pulumi NodePatch that sets
+taints conflicts with every other writer (cloud GPU taints, ``kubectl taint``, cordon, the node
+lifecycle controller's not-ready taints), and forcing it would wipe their taints. This program edits
+the list instead. Every ``PASS_SECONDS``, for each pool node of the desired state (a file of its
+ConfigMap: a new desired state is a new ConfigMap and a new pod), it GETs the Node and, when its
+taints are not as wanted, PATCHes it (JSON merge patch carrying the resourceVersion it read: a 409
+means someone wrote the node meanwhile, and the next pass tries again).
+
+A taint is identified by key and effect, as the API server does. The keeper owns a taint while it
+wants it and, after that, until it has removed it: the ones it wants are recorded in the node's
+``OWNED_ANNOTATION`` in the same write. So a taint dropped from the config, or the window taint at
+the window's opening, goes away, and a taint it never set is never touched or moved.
+
+Desired state (JSON): ``{"pools": [{"name", "nodes": [...], "taints": [{"key", "value", "effect"}],
+"window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``. A time-shared pool's nodes
+carry the window taint while its daily window (UTC) is closed.
+
+Ready (``GET /readyz``) while the last pass found every existing node as wanted; a node that is not
+in the cluster is logged, not waited for. ``GET /healthz`` answers while the process runs.
+
+Run: ``python3 node_keeper.py`` with KEEPER_DESIRED_FILE and KEEPER_PORT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Mapping, Optional, Protocol
+
+OWNED_ANNOTATION = "dualsched.io/owned-taints"
+"""The taints this program owns on the node (those it wants), as ``key:Effect,key:Effect`` (taint keys hold no ':' or ',')."""
+FIELD_MANAGER = "dualsched-node-keeper"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+PASS_SECONDS = 10
+"""One GET per pool node per pass: the rate at which each kubelet renews its node lease."""
+REQUEST_SECONDS = 10
+MINUTES_PER_DAY = 24 * 60
+
+Taint = Mapping[str, str]
+TaintId = tuple[str, str]
+Log = Callable[[str], None]
+
+
+def taint_id(taint: Taint) -> TaintId:
+    return taint["key"], taint["effect"]
+
+
+def describe(taint: Taint) -> str:
+    """As ``kubectl taint`` writes it: key=value:Effect."""
+    return f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
+
+
+def window_open(start_minute: int, duration_minutes: int, now: datetime) -> bool:
+    """Inside the daily window [start, start + duration) in UTC; a window may cross midnight."""
+    utc = now.astimezone(timezone.utc)
+    return (utc.hour * 60 + utc.minute - start_minute) % MINUTES_PER_DAY < duration_minutes
+
+
+def wanted_taints(pool: Mapping, now: datetime) -> list[Taint]:
+    """The pool's static taints, and the window taint while a time-shared pool's window is closed."""
+    window = pool.get("window")
+    closed = window is not None and not window_open(window["startMinute"], window["durationMinutes"], now)
+    return [*pool["taints"], *([window["taint"]] if closed else [])]
+
+
+def wanted_by_node(desired: Mapping, now: datetime) -> dict[str, list[Taint]]:
+    return {node: wanted_taints(pool, now) for pool in desired["pools"] for node in pool["nodes"]}
+
+
+def owned(annotations: Mapping[str, str]) -> set[TaintId]:
+    """The taints recorded as this program's on an earlier pass."""
+    recorded = annotations.get(OWNED_ANNOTATION) or ""
+    return {tuple(item.rsplit(":", 1)) for item in recorded.split(",") if ":" in item}
+
+
+def ownership_record(wanted: list[Taint]) -> Optional[str]:
+    """The annotation value for the taints wanted now; None (no annotation) when there are none."""
+    return ",".join(f"{key}:{effect}" for key, effect in sorted({taint_id(t) for t in wanted})) or None
+
+
+def _as_set(taint: Taint, now: datetime) -> dict[str, str]:
+    """A taint to add; like ``kubectl taint``, a NoExecute taint records when it was added."""
+    added = {"key": taint["key"], "value": taint.get("value", ""), "effect": taint["effect"]}
+    if taint["effect"] == "NoExecute":
+        added["timeAdded"] = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return added
+
+
+def merge(current: list[Taint], wanted: list[Taint], owned_ids: set[TaintId], now: datetime) -> list[Taint]:
+    """The node's new taints: every taint it does not own, untouched and in place; each it owns and
+    wants, in place (with the wanted value); each it owns and no longer wants, gone; then the wanted
+    ones the node lacks, in the desired order."""
+    missing = {taint_id(t): t for t in wanted}
+    ours = owned_ids | set(missing)
+    merged: list[Taint] = []
+    for taint in current:
+        identity = taint_id(taint)
+        if identity not in ours:
+            merged.append(taint)
+        elif identity in missing:
+            want = missing.pop(identity)
+            merged.append(taint if taint.get("value", "") == want.get("value", "") else _as_set(want, now))
+    return merged + [_as_set(t, now) for t in missing.values()]
+
+
+def patch_for(node: Mapping, wanted: list[Taint], now: datetime) -> Optional[dict]:
+    """The merge patch that brings ``node`` to the wanted taints, or None when it is already there."""
+    metadata = node["metadata"]
+    annotations = metadata.get("annotations") or {}
+    current = (node.get("spec") or {}).get("taints") or []
+    taints = merge(current, wanted, owned(annotations), now)
+    record = ownership_record(wanted)
+    if taints == current and annotations.get(OWNED_ANNOTATION) == record:
+        return None
+    # resourceVersion makes it conditional: the API server refuses it (409) if the node changed since the GET
+    patch: dict = {"metadata": {"resourceVersion": metadata["resourceVersion"], "annotations": {OWNED_ANNOTATION: record}}}
+    if taints != current:
+        patch["spec"] = {"taints": taints or None}
+    return patch
+
+
+def changes(node: Mapping, patch: Mapping) -> list[str]:
+    """What a patch does to the node's taints, one line each."""
+    if "spec" not in patch:
+        return []
+    before = [describe(t) for t in (node.get("spec") or {}).get("taints") or []]
+    after = [describe(t) for t in patch["spec"]["taints"] or []]
+    return [f"removed {t}" for t in before if t not in after] + [f"added {t}" for t in after if t not in before]
+
+
+class NodeApi(Protocol):
+    def node(self, name: str) -> Optional[dict]: ...
+
+    def patch_node(self, name: str, patch: Mapping) -> bool: ...
+
+
+class ApiServer:
+    """The two calls the keeper makes, with the pod's own ServiceAccount token."""
+
+    def __init__(self, url: str, token_file: str, ca_file: str):
+        self.url, self.token_file = url, token_file
+        self.context = ssl.create_default_context(cafile=ca_file)
+
+    def _call(self, method: str, path: str, body: Optional[Mapping] = None) -> dict:
+        with open(self.token_file) as token:  # the kubelet rotates it: read it each time
+            bearer = token.read().strip()
+        headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/merge-patch+json"
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=None if body is None else json.dumps(body).encode(), headers=headers, method=method
+        )
+        with urllib.request.urlopen(request, context=self.context, timeout=REQUEST_SECONDS) as response:
+            return json.load(response)
+
+    def node(self, name: str) -> Optional[dict]:
+        """The Node, or None when there is none of that name."""
+        try:
+            return self._call("GET", f"/api/v1/nodes/{name}")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def patch_node(self, name: str, patch: Mapping) -> bool:
+        """False when the node changed since it was read (409): try again on the next pass."""
+        try:
+            self._call("PATCH", f"/api/v1/nodes/{name}?fieldManager={FIELD_MANAGER}", patch)
+            return True
+        except urllib.error.HTTPError as error:
+            if error.code == 409:
+                return False
+            raise
+
+
+def log_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Keeper:
+    """One pass over every pool node; remembers which nodes it already reported missing."""
+
+    def __init__(self, api: NodeApi, log: Log = log_line):
+        self.api, self.log = api, log
+        self.missing: set[str] = set()
+        self.ready = False
+
+    def keep(self, name: str, wanted: list[Taint], now: datetime) -> bool:
+        """Bring one node to its wanted taints; True when it is there (or not in the cluster)."""
+        node = self.api.node(name)
+        if node is None:
+            if name not in self.missing:
+                self.log(f"{name}: no such node (yet); its taints are set once it joins")
+                self.missing.add(name)
+            return True
+        self.missing.discard(name)
+        patch = patch_for(node, wanted, now)
+        if patch is None:
+            return True
+        if not self.api.patch_node(name, patch):
+            self.log(f"{name}: changed by someone else meanwhile, trying again on the next pass")
+            return False
+        for change in changes(node, patch):
+            self.log(f"{name}: {change}")
+        return True
+
+    def run_pass(self, desired: Mapping, now: datetime) -> bool:
+        """True when every node was as wanted at the end of the pass. A node the API server refuses
+        is logged and the pass goes on; when the API server does not answer, the pass stops there."""
+        complete = True
+        for name, wanted in wanted_by_node(desired, now).items():
+            try:
+                complete = self.keep(name, wanted, now) and complete
+            except urllib.error.HTTPError as error:
+                self.log(f"{name}: the API server refused: {error.code} {error.reason}")
+                complete = False
+            except (OSError, ValueError) as error:
+                self.log(f"{name}: no answer from the API server ({error}); the pass stops here")
+                return False
+        return complete
+
+
+def serve_health(port: int, keeper: Keeper) -> ThreadingHTTPServer:
+    """/healthz while the process runs; /readyz while the last pass was complete."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path == "/healthz":
+                status = 200
+            elif self.path == "/readyz":
+                status = 200 if keeper.ready else 503
+            else:
+                status = 404
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_request(self, code="-", size="-") -> None:
+            pass  # probes every few seconds would drown the changes
+
+    server = ThreadingHTTPServer(("", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop(signum: int, frame: object) -> None:
+    """The kubelet's SIGTERM: exit now. As its container's PID 1 the program would otherwise ignore it and
+    go on patching, beside the pod that replaces it, until the SIGKILL after the grace period."""
+    raise SystemExit(0)
+
+
+def api_server_url(env: Mapping[str, str]) -> str:
+    host = env["KUBERNETES_SERVICE_HOST"]
+    return f"https://{f'[{host}]' if ':' in host else host}:{env['KUBERNETES_SERVICE_PORT']}"
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, stop)
+    env = os.environ
+    with open(env["KEEPER_DESIRED_FILE"]) as state:
+        desired = json.load(state)
+    keeper = Keeper(ApiServer(api_server_url(env), f"{SERVICE_ACCOUNT_DIR}/token", f"{SERVICE_ACCOUNT_DIR}/ca.crt"))
+    serve_health(int(env["KEEPER_PORT"]), keeper)
+    nodes = sum(len(pool["nodes"]) for pool in desired["pools"])
+    log_line(f"node keeper: {nodes} nodes in {len(desired['pools'])} pools, a pass every {PASS_SECONDS}s")
+    while True:
+        keeper.ready = keeper.run_pass(desired, datetime.now(timezone.utc))
+        time.sleep(PASS_SECONDS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The node keeper on the real node: it adds the pool's taints next to someone else's taint and label,
+removes only its own, and puts a time-shared pool's window taint on the node only while the window is
+closed.
+
+The module deploys a stack of its own (a Pulumi project in the session's temp dir) built from the
+library's components for the local stack's config, in a Slurm namespace of its own: the namespace with
+its NetworkPolicies (the keeper reaches the API server through them, under kube-router), the pool's
+NodePatches and the node keeper. Each `pulumi up` waits for the keeper's new pod to be ready, which it
+is once a pass found the node as wanted, so the tests look at the node right after it. At the end the
+window is open and the config has no taint of ours, so the node carries none; the stack is destroyed
+and the foreign taint and label are removed again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime, timezone
+from typing import Iterator
+
+import pytest
+import yaml
+
+from components.node_keeper import KEEPER
+from components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION
+from e2e_support import TIMINGS, copy_project, tail
+from node_support import NodeWorld, local_config
+
+pytestmark = pytest.mark.node
+
+NODE = "gpu-real-1"
+NAMESPACE = "keeper-test"
+STACK = "keeper"
+FOREIGN_TAINT = {"key": "example.com/foreign", "value": "yes", "effect": "PreferNoSchedule"}
+FOREIGN_LABEL = ("example.com/foreign-label", "yes")
+OURS = {"key": "dualsched.io/keeper-test", "value": "yes", "effect": "PreferNoSchedule"}
+WINDOW_KEY = "dualsched.io/inference-window"
+PROGRAM = """
+import pulumi
+
+from components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from components.node_keeper import NodeKeeper, NodeKeeperArgs
+from components.nodepools import GpuNodePool, GpuNodePoolArgs
+from config import load_pulumi_config
+
+config = load_pulumi_config()
+namespace = SlurmNamespace("keeper", SlurmNamespaceArgs(config))
+keeper = NodeKeeper("keeper", NodeKeeperArgs(config, namespace.name))
+for pool in config.pools:
+    GpuNodePool(f"keeper-{pool.name}", GpuNodePoolArgs(config, pool), opts=pulumi.ResourceOptions(depends_on=[keeper]))
+"""
+
+
+def window_from_now(minutes_from_now: int, duration: int) -> dict:
+    """A daily window (UTC) that opens ``minutes_from_now`` after this minute (negative: it opened before)."""
+    now = datetime.now(timezone.utc)
+    start = (now.hour * 60 + now.minute + minutes_from_now) % (24 * 60)
+    return {"start": f"{start // 60:02d}:{start % 60:02d}", "durationMinutes": duration}
+
+
+class Keeper:
+    """The module's stack and the node it keeps."""
+
+    before: list[dict]
+    """The node's taints before the keeper came, the foreign one among them."""
+
+    def __init__(self, world: NodeWorld):
+        project = world.tmp / "keeper-project"
+        copy_project(project)
+        (project / "__main__.py").write_text(PROGRAM)
+        settings = yaml.safe_load((project / "Pulumi.yaml").read_text())
+        (project / "Pulumi.yaml").write_text(yaml.safe_dump({**settings, "name": "dualsched-keeper-test"}, sort_keys=False))
+        self.node_world, self.world = world, dataclasses.replace(world, project=project)
+
+    def up(self, **pool) -> None:
+        """`pulumi up` of the local stack's config, in our namespace, with ``pool`` set on its one pool."""
+        config = local_config(self.node_world)
+        config["slurm"]["namespace"] = NAMESPACE
+        config["inference"], config["submission"] = {"enabled": False}, {"enabled": False}
+        config["pools"][0].update(pool)
+        if config["pools"][0]["mode"] == "time-shared":
+            config["pools"][0].pop("slurmGpus")
+        start = time.monotonic()
+        result = self.world.stack(STACK, config).up(on_output=lambda _: None, color="never")
+        TIMINGS.append((f"pulumi up of the node keeper's stack ({result.summary.result})", time.monotonic() - start))
+        assert result.summary.result == "succeeded", tail(result.stdout)
+
+    def node(self) -> dict:
+        return self.world.kget("node", NODE, "--show-managed-fields")
+
+    def taints(self) -> list[dict]:
+        return [{k: v for k, v in t.items() if k != "timeAdded"} for t in self.node()["spec"].get("taints", [])]
+
+    def keeper_pods(self, terminating: bool = False) -> list[dict]:
+        pods = self.world.kget("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
+        return [p for p in pods if terminating or "deletionTimestamp" not in p["metadata"]]
+
+    def logs(self) -> str:
+        return self.world.kubectl("logs", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={KEEPER}", "--tail=-1").stdout
+
+
+@pytest.fixture(scope="module")
+def keeper(node_world: NodeWorld) -> Iterator[Keeper]:
+    keeper = Keeper(node_world)
+    # someone else's taint and label, set before the keeper exists (kubectl's own field managers)
+    node_world.kubectl("taint", "node", NODE, "{key}={value}:{effect}".format(**FOREIGN_TAINT))
+    node_world.kubectl("label", "node", NODE, "=".join(FOREIGN_LABEL))
+    keeper.before = keeper.taints()
+    try:
+        yield keeper
+    finally:
+        keeper.world.stack(STACK).destroy(color="never")
+        node_world.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s", check=False, timeout=150)
+        # what a failed test may have left of ours too: the keeper is gone, nothing else removes it
+        for key, effect in ((FOREIGN_TAINT["key"], FOREIGN_TAINT["effect"]), (OURS["key"], OURS["effect"]), (WINDOW_KEY, "NoExecute")):
+            node_world.kubectl("taint", "node", NODE, f"{key}:{effect}-", check=False)
+        node_world.kubectl("label", "node", NODE, f"{FOREIGN_LABEL[0]}-", check=False)
+        node_world.kubectl("annotate", "node", NODE, f"{OWNED_ANNOTATION}-", check=False)
+
+
+@pytest.fixture(scope="module")
+def tainted(keeper: Keeper) -> Keeper:
+    keeper.up(taints=[OURS])
+    return keeper
+
+
+def test_our_taint_is_added_after_the_foreign_ones_which_stay_as_they_were(tainted: Keeper):
+    assert FOREIGN_TAINT in tainted.before
+    assert tainted.taints() == [*tainted.before, OURS]
+    node = tainted.node()
+    assert node["metadata"]["labels"][FOREIGN_LABEL[0]] == FOREIGN_LABEL[1]
+    assert node["metadata"]["labels"]["dualsched.io/pool"] == "gpu"  # our labels, beside the foreign one
+    assert node["metadata"]["annotations"][OWNED_ANNOTATION] == "dualsched.io/keeper-test:PreferNoSchedule"
+    # the keeper's merge patch, under its own field manager, which now holds the whole atomic list (kubectl's
+    # taint in it): a server-side apply of taints by anyone else would conflict with it, as it did with kubectl
+    managers = {entry["manager"] for entry in node["metadata"]["managedFields"]}
+    assert FIELD_MANAGER in managers
+    assert f"{NODE}: added dualsched.io/keeper-test=yes:PreferNoSchedule" in tainted.logs()
+
+
+@pytest.fixture(scope="module")
+def window_closed(tainted: Keeper) -> Keeper:
+    """Our static taint dropped from the config; the pool time-shared, its window opening in two hours."""
+    tainted.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(120, 60))
+    return tainted
+
+
+def test_a_taint_dropped_from_the_config_goes_and_the_foreign_one_stays(window_closed: Keeper):
+    taints = window_closed.taints()
+    assert OURS not in taints
+    assert [t for t in taints if t["key"] != WINDOW_KEY] == window_closed.before
+    assert f"{NODE}: removed dualsched.io/keeper-test=yes:PreferNoSchedule" in window_closed.logs()
+
+
+def test_a_closed_window_puts_its_no_execute_taint_on_the_node(window_closed: Keeper):
+    assert window_closed.taints() == [*window_closed.before, {"key": WINDOW_KEY, "value": "closed", "effect": "NoExecute"}]
+    [window] = [t for t in window_closed.node()["spec"]["taints"] if t["key"] == WINDOW_KEY]
+    assert "timeAdded" in window
+    assert window_closed.node()["metadata"]["annotations"][OWNED_ANNOTATION] == f"{WINDOW_KEY}:NoExecute"
+    assert f"{NODE}: added {WINDOW_KEY}=closed:NoExecute" in window_closed.logs()
+    # the keeper tolerates the taints it sets: its own NoExecute taint did not evict it
+    [pod] = window_closed.keeper_pods()
+    assert pod["spec"]["nodeName"] == NODE and pod["status"]["phase"] == "Running"
+
+
+def test_the_replaced_keeper_stopped_at_sigterm(window_closed: Keeper):
+    """Its container's PID 1 handles SIGTERM: the old pod is gone within seconds, not after the 30 s grace
+    period, during which two keepers with two desired states would each undo the other's changes."""
+    deadline = time.monotonic() + 10
+    while len(window_closed.keeper_pods(terminating=True)) > 1 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(window_closed.keeper_pods(terminating=True)) == 1
+
+
+@pytest.fixture(scope="module")
+def window_open(window_closed: Keeper) -> Keeper:
+    """The window moved to have opened half an hour ago, for two hours."""
+    window_closed.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(-30, 120))
+    return window_closed
+
+
+def test_an_open_window_takes_its_taint_off_and_leaves_the_foreign_ones(window_open: Keeper):
+    assert window_open.taints() == window_open.before
+    node = window_open.node()
+    assert OWNED_ANNOTATION not in node["metadata"].get("annotations", {})
+    assert node["metadata"]["labels"][FOREIGN_LABEL[0]] == FOREIGN_LABEL[1]
+    assert f"{NODE}: removed {WINDOW_KEY}=closed:NoExecute" in window_open.logs()

@@ -1,0 +1,397 @@
+"""The node keeper: its program's decisions (which taints a node gets, and which it must never
+touch), its calls to the API server, and the deployed parts (desired state, RBAC, Deployment).
+Its work on a real node, next to foreign taints, is tests/node/test_node_keeper.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Optional
+
+import pytest
+
+from components.node_keeper import KEEPER_DIR, PROGRAM_FILE, STATE_FILE, desired_state
+from components.programs import source
+from components.programs.node_keeper import (
+    FIELD_MANAGER,
+    OWNED_ANNOTATION,
+    ApiServer,
+    Keeper,
+    merge,
+    owned,
+    patch_for,
+    serve_health,
+    wanted_by_node,
+    window_open,
+)
+from rendering import container, pod_spec, render_raw, render_stack, variant
+
+SLURM = {"key": "dualsched.io/slurm", "value": "true", "effect": "NoSchedule"}
+WINDOW = {"key": "dualsched.io/inference-window", "value": "closed", "effect": "NoExecute"}
+FOREIGN = [
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2025-01-01T00:00:00Z"},
+    {"key": "example.com/maintenance", "value": "yes", "effect": "PreferNoSchedule"},
+]
+NOON = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def at(clock: str) -> datetime:
+    hours, minutes = map(int, clock.split(":"))
+    return NOON.replace(hour=hours, minute=minutes)
+
+
+def node(taints: list[dict], owned_taints: Optional[str] = None, version: str = "7") -> dict[str, Any]:
+    annotations = {OWNED_ANNOTATION: owned_taints} if owned_taints is not None else {}
+    return {"metadata": {"name": "gpu-001", "resourceVersion": version, "annotations": annotations}, "spec": {"taints": taints}}
+
+
+def time_shared(start_minute: int, duration: int, taints: tuple = ()) -> dict[str, Any]:
+    return {"name": "shared", "nodes": ["gpu-001"], "taints": list(taints),
+            "window": {"startMinute": start_minute, "durationMinutes": duration, "taint": WINDOW}}  # fmt: skip
+
+
+# ------------------------------------------------------------------ which taints a node gets
+
+
+@pytest.mark.parametrize(
+    "clock, is_open",
+    [("08:59", False), ("09:00", True), ("12:00", True), ("16:59", True), ("17:00", False), ("23:59", False), ("00:00", False)],
+)
+def test_a_window_is_open_from_its_start_for_its_duration(clock, is_open):
+    assert window_open(9 * 60, 480, at(clock)) is is_open
+
+
+@pytest.mark.parametrize(
+    "clock, is_open",
+    [("21:59", False), ("22:00", True), ("23:59", True), ("00:00", True), ("07:59", True), ("08:00", False), ("12:00", False)],
+)
+def test_a_window_may_cross_midnight(clock, is_open):
+    assert window_open(22 * 60, 600, at(clock)) is is_open
+
+
+def test_windows_are_in_utc_whatever_the_clock_says():
+    """09:00 in UTC+2 is 07:00 UTC: outside a window that opens at 08:00 UTC."""
+    assert not window_open(8 * 60, 60, datetime(2025, 6, 1, 9, 0, tzinfo=timezone(timedelta(hours=2))))
+    assert window_open(8 * 60, 60, datetime(2025, 6, 1, 10, 0, tzinfo=timezone(timedelta(hours=2))))
+
+
+def test_a_closed_window_adds_its_taint_after_the_pools_own():
+    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM]), {"name": "dedicated", "nodes": ["gpu-002"], "taints": [SLURM], "window": None}]}
+    assert wanted_by_node(desired, at("20:00")) == {"gpu-001": [SLURM, WINDOW], "gpu-002": [SLURM]}
+    assert wanted_by_node(desired, at("10:00")) == {"gpu-001": [SLURM], "gpu-002": [SLURM]}
+
+
+# ------------------------------------------------------------------ merge: never touch what is not ours
+
+
+def test_foreign_taints_stay_untouched_and_in_place():
+    current = [FOREIGN[0], {**SLURM, "value": "old"}, FOREIGN[1], {"key": "dualsched.io/gone", "value": "x", "effect": "NoSchedule"}, FOREIGN[2]]
+    merged = merge(current, [SLURM, WINDOW], {("dualsched.io/slurm", "NoSchedule"), ("dualsched.io/gone", "NoSchedule")}, NOON)
+    assert merged == [FOREIGN[0], SLURM, FOREIGN[1], FOREIGN[2], {**WINDOW, "timeAdded": "2025-06-01T12:00:00Z"}]
+    assert merged[0] is FOREIGN[0] and merged[2] is FOREIGN[1] and merged[3] is FOREIGN[2]
+
+
+def test_a_taint_it_never_set_is_never_removed_even_under_its_own_key():
+    """A taint is its key and effect: someone's NoExecute under our key is theirs, and one we no longer
+    want but never recorded was never ours."""
+    theirs = [{**SLURM, "effect": "NoExecute"}, {**WINDOW, "value": "maintenance"}]
+    assert merge(theirs, [SLURM], set(), NOON) == [*theirs, SLURM]
+    assert merge(theirs, [], set(), NOON) == theirs
+
+
+def test_only_the_taints_it_recorded_are_removed():
+    current = [*FOREIGN, SLURM, WINDOW]
+    assert merge(current, [SLURM], owned({OWNED_ANNOTATION: "dualsched.io/inference-window:NoExecute,dualsched.io/slurm:NoSchedule"}), NOON) == [*FOREIGN, SLURM]
+
+
+def test_a_kept_no_execute_taint_keeps_its_time_added():
+    current = [{**WINDOW, "timeAdded": "2025-05-31T17:00:00Z"}]
+    assert merge(current, [WINDOW], {("dualsched.io/inference-window", "NoExecute")}, NOON) == current
+
+
+# ------------------------------------------------------------------ the patch and its bookkeeping
+
+
+def test_a_node_as_wanted_is_not_patched():
+    assert patch_for(node([*FOREIGN, SLURM], "dualsched.io/slurm:NoSchedule"), [SLURM], NOON) is None
+    assert patch_for(node(FOREIGN), [], NOON) is None
+
+
+def test_the_patch_records_what_it_owns_and_is_conditional_on_the_version_read():
+    patch = patch_for(node(FOREIGN, version="42"), [WINDOW, SLURM], NOON)
+    assert patch["metadata"] == {"resourceVersion": "42",
+                                 "annotations": {OWNED_ANNOTATION: "dualsched.io/inference-window:NoExecute,dualsched.io/slurm:NoSchedule"}}  # fmt: skip
+    assert patch["spec"]["taints"][: len(FOREIGN)] == FOREIGN
+    assert owned(patch["metadata"]["annotations"]) == {("dualsched.io/slurm", "NoSchedule"), ("dualsched.io/inference-window", "NoExecute")}
+
+
+def test_a_taint_already_there_is_adopted_without_touching_the_list():
+    """A taint it wants but did not set (a kubectl taint, or the NodePatch of earlier versions)."""
+    patch = patch_for(node([FOREIGN[0], SLURM]), [SLURM], NOON)
+    assert patch == {"metadata": {"resourceVersion": "7", "annotations": {OWNED_ANNOTATION: "dualsched.io/slurm:NoSchedule"}}}
+
+
+def test_when_the_window_opens_its_taint_and_its_record_go():
+    desired = {"pools": [time_shared(9 * 60, 480)]}
+    closed = patch_for(node(FOREIGN), wanted_by_node(desired, at("08:59"))["gpu-001"], at("08:59"))
+    assert closed["spec"]["taints"][-1]["key"] == WINDOW["key"]
+    after_closing = node(closed["spec"]["taints"], closed["metadata"]["annotations"][OWNED_ANNOTATION])
+    opened = patch_for(after_closing, wanted_by_node(desired, at("09:00"))["gpu-001"], at("09:00"))
+    assert opened == {"metadata": {"resourceVersion": "7", "annotations": {OWNED_ANNOTATION: None}}, "spec": {"taints": FOREIGN}}
+
+
+def test_the_last_taint_removed_removes_the_list():
+    patch = patch_for(node([SLURM], "dualsched.io/slurm:NoSchedule"), [], NOON)
+    assert patch["spec"] == {"taints": None} and patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}
+
+
+# ------------------------------------------------------------------ passes
+
+
+class FakeApi:
+    """Nodes by name; a node may answer 409 a number of times, as when someone writes it meanwhile."""
+
+    def __init__(self, nodes: dict[str, dict], conflicts: int = 0, refuse: str = ""):
+        self.nodes, self.conflicts, self.refuse = nodes, conflicts, refuse
+        self.patches: list[tuple[str, dict]] = []
+
+    def node(self, name: str) -> Optional[dict]:
+        if name == self.refuse:
+            raise urllib.error.HTTPError(f"/api/v1/nodes/{name}", 403, "Forbidden", None, None)
+        return json.loads(json.dumps(self.nodes[name])) if name in self.nodes else None
+
+    def patch_node(self, name: str, patch: dict) -> bool:
+        if self.conflicts:
+            self.conflicts -= 1
+            return False
+        self.patches.append((name, patch))
+        current = self.nodes[name]
+        current["metadata"]["annotations"].update({k: v for k, v in patch["metadata"]["annotations"].items() if v is not None})
+        if "spec" in patch:
+            current["spec"]["taints"] = patch["spec"]["taints"] or []
+        return True
+
+
+def _keeper(api: FakeApi) -> tuple[Keeper, list[str]]:
+    lines: list[str] = []
+    return Keeper(api, lines.append), lines
+
+
+def test_a_pass_logs_one_line_per_change_and_then_has_nothing_to_do():
+    api = FakeApi({"gpu-001": node([FOREIGN[0], {**SLURM, "value": "old"}], "dualsched.io/slurm:NoSchedule")})
+    keeper, lines = _keeper(api)
+    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM])]}
+    assert keeper.run_pass(desired, at("20:00"))
+    assert lines == ["gpu-001: removed dualsched.io/slurm=old:NoSchedule", "gpu-001: added dualsched.io/slurm=true:NoSchedule",
+                     "gpu-001: added dualsched.io/inference-window=closed:NoExecute"]  # fmt: skip
+    assert keeper.run_pass(desired, at("20:00")) and len(api.patches) == 1 and len(lines) == 3
+
+
+def test_a_missing_node_is_logged_once_and_does_not_stop_readiness():
+    keeper, lines = _keeper(FakeApi({"gpu-002": node([])}))
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON)
+    assert lines == ["gpu-001: no such node (yet); its taints are set once it joins", "gpu-002: added dualsched.io/slurm=true:NoSchedule"]
+
+
+def test_a_conflict_leaves_the_pass_incomplete_and_the_next_pass_retries():
+    api = FakeApi({"gpu-001": node([])}, conflicts=1)
+    keeper, lines = _keeper(api)
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "taints": [SLURM], "window": None}]}
+    assert not keeper.run_pass(desired, NOON)
+    assert lines == ["gpu-001: changed by someone else meanwhile, trying again on the next pass"]
+    assert keeper.run_pass(desired, NOON) and api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
+
+
+def test_a_refused_node_is_logged_and_the_pass_goes_on():
+    api = FakeApi({"gpu-001": node([]), "gpu-002": node([])}, refuse="gpu-001")
+    keeper, lines = _keeper(api)
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    assert not keeper.run_pass(desired, NOON)
+    assert lines[0] == "gpu-001: the API server refused: 403 Forbidden" and [name for name, _ in api.patches] == ["gpu-002"]
+
+
+def test_without_an_answer_from_the_api_server_the_pass_stops():
+    class Down(FakeApi):
+        def node(self, name):
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    keeper, lines = _keeper(Down({}))
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    assert not keeper.run_pass(desired, NOON)
+    assert len(lines) == 1 and lines[0].startswith("gpu-001: no answer from the API server")
+
+
+def test_ready_only_while_the_last_pass_was_complete():
+    keeper, _ = _keeper(FakeApi({}))
+    server = serve_health(0, keeper)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(url + path, timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    try:
+        assert (status("/healthz"), status("/readyz"), status("/other")) == (200, 503, 404)
+        keeper.ready = True
+        assert status("/readyz") == 200
+    finally:
+        server.shutdown()
+
+
+# ------------------------------------------------------------------ the API server calls
+
+
+class FakeApiServer(BaseHTTPRequestHandler):
+    """Answers GET and PATCH of nodes as the API server does; records what it was sent."""
+
+    requests: list[tuple[str, str, dict, Any]] = []
+    answers: dict[str, int] = {}
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        FakeApiServer.requests.append((self.command, self.path, dict(self.headers), json.loads(body) if body else None))
+        status = FakeApiServer.answers.get(f"{self.command} {self.path.split('?')[0]}", 200)
+        payload = json.dumps(node([]) if status == 200 else {"kind": "Status", "code": status}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_PATCH = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def api(tmp_path):
+    FakeApiServer.requests, FakeApiServer.answers = [], {}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApiServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "token").write_text("keeper-token\n")
+    yield ApiServer(f"http://127.0.0.1:{server.server_address[1]}", str(tmp_path / "token"), None)
+    server.shutdown()
+
+
+def test_the_keeper_gets_and_merge_patches_one_node_with_its_own_token(api):
+    assert api.node("gpu-001")["metadata"]["resourceVersion"] == "7"
+    assert api.patch_node("gpu-001", {"metadata": {"resourceVersion": "7"}})
+    (get_method, get_path, get_headers, _), (method, path, headers, body) = FakeApiServer.requests
+    assert (get_method, get_path, get_headers["Authorization"]) == ("GET", "/api/v1/nodes/gpu-001", "Bearer keeper-token")
+    assert (method, path) == ("PATCH", f"/api/v1/nodes/gpu-001?fieldManager={FIELD_MANAGER}")
+    assert headers["Content-Type"] == "application/merge-patch+json" and body == {"metadata": {"resourceVersion": "7"}}
+
+
+def test_a_missing_node_is_none_a_conflict_is_false_and_other_refusals_raise(api):
+    FakeApiServer.answers = {"GET /api/v1/nodes/gone": 404, "PATCH /api/v1/nodes/busy": 409, "GET /api/v1/nodes/secret": 403}
+    assert api.node("gone") is None
+    assert api.patch_node("busy", {}) is False
+    with pytest.raises(urllib.error.HTTPError):
+        api.node("secret")
+
+
+# ------------------------------------------------------------------ the deployed parts
+
+
+def _keeper_objects(rendered):
+    [files] = [c for c in rendered.by_kind("ConfigMap") if c.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
+    [deployment] = [d for d in rendered.by_kind("Deployment") if d.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
+    return files, deployment
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_desired_state_is_every_pools_nodes_and_taints(stack):
+    rendered = render_stack(stack)
+    files, _ = _keeper_objects(rendered)
+    state = json.loads(files.manifest["data"][STATE_FILE])
+    assert state == desired_state(rendered.config)
+    assert [pool["name"] for pool in state["pools"]] == [pool.name for pool in rendered.config.pools]
+    assert sum(len(pool["nodes"]) for pool in state["pools"]) == (2 if stack == "dev" else 80)
+    assert files.namespace == "slurm" and files.manifest["data"][PROGRAM_FILE] == source(PROGRAM_FILE)
+
+
+def test_dev_wants_no_taint_and_prod_the_slurm_taint_on_its_dedicated_pools():
+    [dev] = json.loads(_keeper_objects(render_stack("dev"))[0].manifest["data"][STATE_FILE])["pools"]
+    assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None}
+    prod = {pool["name"]: pool for pool in json.loads(_keeper_objects(render_stack("prod"))[0].manifest["data"][STATE_FILE])["pools"]}
+    assert prod["h100-a"]["taints"] == prod["h100-b"]["taints"] == [SLURM]
+    assert prod["h100-a"]["nodes"][0] == "gpu-a-001" and len(prod["h100-a"]["nodes"]) == 32
+    assert prod["h100-shared"]["taints"] == [] and prod["h100-shared"]["window"] is None
+
+
+def test_custom_taints_replace_the_default():
+    def taint(raw):
+        raw["pools"][0]["taints"] = [{"key": "example.com/reserved", "value": "ml", "effect": "PreferNoSchedule"}]
+        raw["inference"]["tolerations"] = [{"key": "example.com/reserved"}]
+
+    files, deployment = _keeper_objects(render_raw(variant("dev", taint)))
+    [pool] = json.loads(files.manifest["data"][STATE_FILE])["pools"]
+    assert pool["taints"] == [{"key": "example.com/reserved", "value": "ml", "effect": "PreferNoSchedule"}]
+    # it tolerates what it sets: its own taints never keep it off (or evict it from) a node
+    assert pod_spec(deployment)["tolerations"] == [
+        {"key": "example.com/reserved", "operator": "Equal", "value": "ml", "effect": "PreferNoSchedule"}
+    ]
+
+
+def _time_shared(raw):
+    raw["pools"][0].update(mode="time-shared", inferenceWindow={"start": "22:00", "durationMinutes": 600})
+    raw["pools"][0].pop("slurmGpus", None)
+    raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "gpusPerNode": 4,
+                         "allocatable": {"cpus": 64, "memoryMb": 256000}})  # fmt: skip
+
+
+def test_a_time_shared_pool_gets_its_window_and_the_window_taint_while_closed():
+    files, deployment = _keeper_objects(render_raw(variant("dev", _time_shared)))
+    state = json.loads(files.manifest["data"][STATE_FILE])
+    assert state["pools"][0]["window"] == {"startMinute": 22 * 60, "durationMinutes": 600, "taint": WINDOW}
+    assert state["pools"][1]["window"] is None
+    # what the program makes of it: the window taint between 08:00 and 22:00 UTC only
+    assert wanted_by_node(state, at("21:59"))["gpu-001"] == [WINDOW] and wanted_by_node(state, at("03:00"))["gpu-001"] == []
+    assert wanted_by_node(state, at("21:59"))["inf-01"] == []
+    assert {"key": WINDOW["key"], "operator": "Equal", "value": "closed", "effect": "NoExecute"} in pod_spec(deployment)["tolerations"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_keeper_may_get_and_patch_the_pool_nodes_and_nothing_else(stack):
+    rendered = render_stack(stack)
+    [role] = [r for r in rendered.by_kind("ClusterRole") if r.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
+    nodes = sorted(name for pool in rendered.config.pools for name in pool.node_names)
+    assert role.manifest["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": nodes, "verbs": ["get", "patch"]}]
+    [binding] = [b for b in rendered.by_kind("ClusterRoleBinding") if b.manifest["roleRef"]["name"] == role.name]
+    [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "node-keeper" in a.name]
+    assert binding.manifest["subjects"] == [{"kind": "ServiceAccount", "name": account.name, "namespace": "slurm"}]
+    assert pod_spec(_keeper_objects(rendered)[1])["serviceAccountName"] == account.name
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_one_locked_down_keeper_that_rolls_with_its_desired_state(stack):
+    rendered = render_stack(stack)
+    files, deployment = _keeper_objects(rendered)
+    spec, keeper = pod_spec(deployment), container(deployment, "keeper")
+    assert deployment.namespace == "slurm" and deployment.manifest["spec"]["replicas"] == 1
+    # never two keepers at once, and a rollout the engine waits for (tests/node/test_node_keeper.py)
+    assert deployment.manifest["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    # the ConfigMap by its (auto-)name: a new desired state is a new ConfigMap and a new pod
+    assert spec["volumes"] == [{"name": "files", "configMap": {"name": files.name}}]
+    assert keeper["volumeMounts"] == [{"name": "files", "mountPath": KEEPER_DIR, "readOnly": True}]
+    assert keeper["command"] == ["python3", f"{KEEPER_DIR}/{PROGRAM_FILE}"] and keeper["image"] == rendered.config.images.python
+    assert spec["automountServiceAccountToken"] is True
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert keeper["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True, "runAsUser": 65534,
+        "runAsGroup": 65534, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    assert keeper["resources"] == {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
+    assert keeper["readinessProbe"]["httpGet"]["path"] == "/readyz" and keeper["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "hostNetwork" not in spec and "privileged" not in keeper["securityContext"]
