@@ -1,6 +1,6 @@
 """The node keeper: its program's decisions (which taints a node gets, and which it must never
 touch), its calls to the API server, and the deployed parts (desired state, RBAC, Deployment).
-Its work on a real node, next to foreign taints, is tests/node/test_node_keeper.py."""
+Its work on a real node, next to foreign taints, is tests/node/test_node_taints.py."""
 
 from __future__ import annotations
 
@@ -379,7 +379,7 @@ def test_one_locked_down_keeper_that_rolls_with_its_desired_state(stack):
     files, deployment = _keeper_objects(rendered)
     spec, keeper = pod_spec(deployment), container(deployment, "keeper")
     assert deployment.namespace == "slurm" and deployment.manifest["spec"]["replicas"] == 1
-    # never two keepers at once, and a rollout the engine waits for (tests/node/test_node_keeper.py)
+    # never two keepers at once, and a rollout the engine waits for (tests/node/test_node_taints.py)
     assert deployment.manifest["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     # the ConfigMap by its (auto-)name: a new desired state is a new ConfigMap and a new pod
     assert spec["volumes"] == [{"name": "files", "configMap": {"name": files.name}}]

@@ -215,7 +215,7 @@ def kept_taints(world: World, config: StackConfig) -> dict[str, list[dict[str, s
     """Node -> the static taints the node keeper is told to keep there, from its ConfigMap in the cluster.
 
     KWOK runs no container: the keeper's pod is only marked Ready, so here no taint reaches a node and the
-    keeper's desired state is what can be checked. tests/node/test_node_keeper.py checks it on a real node."""
+    keeper's desired state is what can be checked. tests/node/test_node_taints.py checks it on a real node."""
     [files] = world.kget("configmaps", "-n", config.slurm.namespace, "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
     return {node: pool["taints"] for pool in json.loads(files["data"][STATE_FILE])["pools"] for node in pool["nodes"]}
 
