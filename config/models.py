@@ -198,7 +198,7 @@ class Images(Model):
     slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.05-ubuntu24.04"
     """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
     python: ImageRef = "docker.io/library/python:3.13.9-slim-bookworm"
-    """Python image for the token minter and the Jobs' token sidecar (standard library only)."""
+    """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
 
 
 class Placement(Model):
