@@ -159,3 +159,22 @@ def deployment_with_service(
         opts=child(parent),
     )
     return pulumi.Output.concat("http://", service.metadata.name, ".", service.metadata.namespace, f".svc.cluster.local:{port}")
+
+
+def bind_cluster_role(
+    parent: pulumi.Resource,
+    name: str,
+    account: k8s.core.v1.ServiceAccount,
+    namespace: pulumi.Input[str],
+    role_labels: Mapping[str, str],
+    rule: k8s.rbac.v1.PolicyRuleArgs,
+) -> None:
+    """One ClusterRole with one rule, bound to one ServiceAccount: for rights on cluster-scoped objects."""
+    role = k8s.rbac.v1.ClusterRole(name, metadata=meta(labels=role_labels), rules=[rule], opts=child(parent))
+    k8s.rbac.v1.ClusterRoleBinding(
+        name,
+        metadata=meta(labels=role_labels),
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role.metadata.name),
+        subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
+        opts=child(parent),
+    )

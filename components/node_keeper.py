@@ -16,7 +16,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools
+from components.common import bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools
 from components.compute import tolerations_for
 from components.programs import source
 from config.models import NOBODY_UID, NodePool, StackConfig, Taint
@@ -113,19 +113,8 @@ class NodeKeeper(pulumi.ComponentResource):
 
     def _allow_node_patches(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]) -> None:
         # Nodes are cluster-scoped: a ClusterRole, with get and patch on the pool nodes by name only.
-        role = k8s.rbac.v1.ClusterRole(
-            name,
-            metadata=meta(labels=keeper_labels),
-            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=["get", "patch"])],
-            opts=child(self),
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            name,
-            metadata=meta(labels=keeper_labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role.metadata.name),
-            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
-            opts=child(self),
-        )
+        rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=["get", "patch"])
+        bind_cluster_role(self, name, account, namespace, keeper_labels, rule)
 
     @staticmethod
     def _pod_spec(config: StackConfig, account: pulumi.Input[str], files: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:

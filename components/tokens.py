@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import child, config_map_volume, deployment_with_service, labels, locked_down, meta, mount, off_gpu_pools
+from components.common import bind_cluster_role, child, config_map_volume, deployment_with_service, labels, locked_down, meta, mount, off_gpu_pools
 from components.programs import source
 from components.programs.token_minter import TOKEN_PATH
 from components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE, JWT_KEY_PATH
@@ -112,19 +112,8 @@ class TokenMinter(pulumi.ComponentResource):
 
     def _allow_token_reviews(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, minter_labels) -> None:
         # TokenReviews are cluster-scoped: a ClusterRole, with this one verb on this one resource.
-        role = k8s.rbac.v1.ClusterRole(
-            name,
-            metadata=meta(labels=minter_labels),
-            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=["authentication.k8s.io"], resources=["tokenreviews"], verbs=["create"])],
-            opts=child(self),
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            name,
-            metadata=meta(labels=minter_labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role.metadata.name),
-            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
-            opts=child(self),
-        )
+        rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=["authentication.k8s.io"], resources=["tokenreviews"], verbs=["create"])
+        bind_cluster_role(self, name, account, namespace, minter_labels, rule)
 
     @staticmethod
     def _pod_spec(config: StackConfig, account: pulumi.Input[str], programs: pulumi.Input[str], key_secret: pulumi.Input[str]):
