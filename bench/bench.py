@@ -73,7 +73,6 @@ def worker(program: str, nodes: int) -> dict:
     from pulumi.runtime.sync_await import _sync_await
 
     from bench.fleet import fleet_config
-    from components.slurm_files import kubernetes_site, render_slurm_files, render_slurmdbd_conf
 
     # pulumi_kubernetes loads its modules lazily, on first use: load them for both
     # programs before the clock starts, so neither is charged for imports.
@@ -93,11 +92,10 @@ def worker(program: str, nodes: int) -> dict:
     else:
         from bench import flat_program
 
-        site = kubernetes_site(config)
-        files, dbd = render_slurm_files(config, site), render_slurmdbd_conf(config, site)
+        plan = flat_program.capture(config)  # the objects to register, captured before the clock
 
         def body():
-            flat_program.build(config, files, dbd)
+            flat_program.build(plan)
 
     mocks = _lean_mocks()
     pulumi.runtime.set_mocks(mocks, project="dualsched", stack="bench", preview=False)

@@ -19,6 +19,7 @@ from config.models import (
     ExternalDatabase,
     Inference,
     InferenceModel,
+    LustreMgsNode,
     LustreStorage,
     Network,
     NodeAllocatable,
@@ -43,7 +44,14 @@ def pool_name(index: int) -> str:
     return f"pool-{index}"
 
 
-def fleet_config(nodes: int) -> StackConfig:
+VARIANTS = ("base", "pool", "conf")
+"""``base``; ``pool``: one pool changed (pool-7's Slurm GPU share 6 -> 4: its nodes' labels, its slurmd
+DaemonSet and slurm.conf); ``conf``: ``pool`` plus a partition (slurm.conf only, relative to ``pool``)."""
+
+
+def fleet_config(nodes: int, variant: str = "base") -> StackConfig:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}")
     if nodes % POOLS:
         raise ValueError(f"nodes must be a multiple of {POOLS}")
     per_pool = nodes // POOLS
@@ -56,7 +64,7 @@ def fleet_config(nodes: int) -> StackConfig:
                 nodes=f"gpu-{index}-[0001-{per_pool:04d}]",
                 mode=PoolMode.PARTITIONED if partitioned else PoolMode.DEDICATED,
                 gpus_per_node=GPUS_PER_NODE,
-                slurm_gpus=6 if partitioned else None,
+                slurm_gpus=(4 if variant != "base" and index == POOLS - 1 else 6) if partitioned else None,
                 gpu_type="h100",
                 cpus=96 if partitioned else 192,
                 real_memory_mb=900_000 if partitioned else 1_900_000,
@@ -65,6 +73,8 @@ def fleet_config(nodes: int) -> StackConfig:
         )
     partitions = [Partition(name="all", pools=tuple(p.name for p in pools), default=True, max_time="7-00:00:00")]
     partitions += [Partition(name=p.name, pools=(p.name,), max_time="2-00:00:00") for p in pools]
+    if variant == "conf":
+        partitions.append(Partition(name="debug", pools=(pools[0].name,), max_time="01:00:00"))
     models = tuple(
         InferenceModel(name=f"model-{index}", path=f"org/model-{index}", gpus=1 + index % 2, replicas=Replicas(min=1, max=8))
         for index in range(4)
@@ -86,7 +96,7 @@ def fleet_config(nodes: int) -> StackConfig:
         storage=SharedStorage(
             type=StorageType.LUSTRE,
             capacity="2Pi",
-            lustre=LustreStorage(volume_handle="fs1", volume_attributes={"mgsAddress": "10.0.0.1@o2ib", "fsName": "fs1"}),
+            lustre=LustreStorage(mgs_nodes=(LustreMgsNode(nids=("10.0.0.1@o2ib",)),), fs_name="fs1"),
         ),
         inference=Inference(models=models),
         network=Network(node_cidrs=("10.0.0.0/16",), api_server_cidrs=("10.1.0.1/32",)),

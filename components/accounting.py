@@ -14,13 +14,13 @@ import pulumi_random as random
 from components.common import (
     child,
     claim_volume,
+    control_daemon_placement,
     empty_dir,
     exec_probe,
     labels,
     locked_down,
     meta,
     mount,
-    off_gpu_pools,
     requirements,
     stateful,
     tcp_probe,
@@ -29,7 +29,7 @@ from components.identity import SLURM_UID, identity_mounts, identity_volume, use
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.namespace import MYSQL_PORT, SLURMDBD_PORT
 from components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
-from config.models import DatabaseMode, StackConfig
+from config.models import DatabaseMode, ExternalDatabase, StackConfig
 
 MARIADB_UID = 999
 """The mysql user of the official MariaDB image; the pod needs no account of that name."""
@@ -104,7 +104,9 @@ class Accounting(pulumi.ComponentResource):
 
     slurmdbd.conf is kept in a Secret without its password; an init container
     appends StoragePass from the database password Secret at start-up, so the
-    password is never part of a rendered file, the Pulumi state or a ConfigMap.
+    password is never part of a rendered file or a ConfigMap, and is in the
+    Pulumi state only encrypted: generated (in-cluster), given as a Pulumi
+    secret (external ``password``) or never seen (external ``passwordSecret``).
     """
 
     def __init__(self, name: str, args: AccountingArgs, opts: Optional[pulumi.ResourceOptions] = None):
@@ -113,6 +115,8 @@ class Accounting(pulumi.ComponentResource):
         database = config.slurm.accounting.database
         if database.mode is DatabaseMode.IN_CLUSTER:
             password_secret, password_key = self._in_cluster_database(name, args)
+        elif database.external.password is not None:
+            password_secret, password_key = self._external_password(name, args, database.external), PASSWORD_KEY
         else:
             password_secret, password_key = database.external.password_secret.name, database.external.password_secret.key
         self._slurmdbd(name, args, password_secret, password_key)
@@ -164,7 +168,7 @@ class Accounting(pulumi.ComponentResource):
                     metadata=meta(labels=db_labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         automount_service_account_token=False,
-                        affinity=off_gpu_pools(config.placement.pool_label),
+                        **control_daemon_placement(config),
                         security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=MARIADB_UID),
                         init_containers=[
                             k8s.core.v1.ContainerArgs(
@@ -210,6 +214,19 @@ class Accounting(pulumi.ComponentResource):
         )
         return secret.metadata.name, PASSWORD_KEY
 
+    def _external_password(self, name: str, args: AccountingArgs, external: ExternalDatabase) -> pulumi.Output[str]:
+        """A Secret holding the external database's password from the config; its name."""
+        secret = k8s.core.v1.Secret(
+            f"{name}-db-password",
+            metadata=meta(namespace=args.namespace, labels=labels(ACCOUNTING_SERVICE, args.config.slurm.cluster_name)),
+            type="Opaque",
+            # Encrypted in the state, [secret] in previews. pulumi-kubernetes marks a Secret's stringData
+            # secret as well; Output.secret says so here, where the value leaves the config.
+            string_data={PASSWORD_KEY: pulumi.Output.secret(external.password.reveal())},
+            opts=child(self),
+        )
+        return secret.metadata.name
+
     def _slurmdbd(self, name: str, args: AccountingArgs, password_secret: pulumi.Input[str], password_key: str) -> None:
         config, site = args.config, args.site
         dbd_labels = labels(ACCOUNTING_SERVICE, config.slurm.cluster_name)
@@ -247,7 +264,7 @@ class Accounting(pulumi.ComponentResource):
                     spec=k8s.core.v1.PodSpecArgs(
                         hostname=site.dbd_host,
                         automount_service_account_token=False,
-                        affinity=off_gpu_pools(config.placement.pool_label),
+                        **control_daemon_placement(config),
                         security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
                         init_containers=[
                             munged_sidecar(config.images.slurmd),

@@ -7,10 +7,12 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from config.models import Resources, ResourceList
+from config.models import Resources, ResourceList, StackConfig, Taint
 
 PART_OF = "dualsched"
 GPU_RESOURCE = "nvidia.com/gpu"
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+"""pulumi-kubernetes' annotation for objects whose readiness `pulumi up` must not wait for."""
 
 
 def labels(component: str, instance: str) -> dict[str, str]:
@@ -52,6 +54,21 @@ def requirements(resources: Resources, gpus: int = 0) -> k8s.core.v1.ResourceReq
     return k8s.core.v1.ResourceRequirementsArgs(
         requests=resource_list(resources.requests, gpu), limits=resource_list(resources.limits, gpu)
     )
+
+
+def tolerations_for(taints: tuple[Taint, ...]) -> list[k8s.core.v1.TolerationArgs]:
+    return [
+        k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.effect.value)
+        for taint in taints
+    ]
+
+
+def control_daemon_placement(config: StackConfig) -> dict:
+    """Where Slurm's control daemons run (PodSpecArgs keyword arguments): preferably off the GPU
+    pools, and never evicted by the closed-window taint, which exists to move model servers off a
+    time-shared node, not the controller or the database a running job reports to. Tolerated with or
+    without a window, so switching a pool to time-shared restarts none of them."""
+    return {"affinity": off_gpu_pools(config.placement.pool_label), "tolerations": tolerations_for((config.window_taint,))}
 
 
 def off_gpu_pools(pool_label: str) -> k8s.core.v1.AffinityArgs:

@@ -9,7 +9,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import GPU_RESOURCE, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe
+from components.common import GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for
 from components.identity import identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from components.slurm_files import Site
@@ -18,19 +18,12 @@ from config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
 SHARED_MOUNT = "/shared"
 
 
-def tolerations_for(taints: tuple[Taint, ...]) -> list[k8s.core.v1.TolerationArgs]:
-    return [
-        k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.effect.value)
-        for taint in taints
-    ]
-
-
 def slurmd_tolerated_taints(config: StackConfig, pool: NodePool) -> tuple[Taint, ...]:
-    """The pool's taints, and on a time-shared pool the closed window's NoExecute taint, which
-    must evict inference pods and never slurmd (its jobs own the node then)."""
-    if pool.mode is PoolMode.TIME_SHARED:
-        return (*config.pool_taints(pool), config.window_taint)
-    return config.pool_taints(pool)
+    """The pool's taints, and the closed window's NoExecute taint, which must evict inference pods
+    and never slurmd (its jobs own the node then). Every pool's slurmd tolerates it: when a pool
+    switches to time-shared, the keeper may taint its nodes before their slurmd pods are replaced,
+    and a pod's tolerations are those of the template it was made from."""
+    return (*config.pool_taints(pool), config.window_taint)
 
 
 def conf_servers(site: Site) -> str:
@@ -88,33 +81,42 @@ def slurmd_security_context(pool: NodePool) -> k8s.core.v1.SecurityContextArgs:
     return k8s.core.v1.SecurityContextArgs(
         privileged=False,
         capabilities=k8s.core.v1.CapabilitiesArgs(add=list(SLURMD_CAPABILITIES)),
-        # The runtime's AppArmor profile forbids mount, which cgroup v2 needs (slurmd_command).
+        # The runtime's AppArmor profile forbids mount, which slurmd_command needs.
         app_armor_profile=k8s.core.v1.AppArmorProfileArgs(type="Unconfined"),
     )
 
 
-CGROUP_ROOT = "/sys/fs/cgroup"
+# An unprivileged container's cgroup mounts are read-only views of its own cgroup (v1: one per
+# controller; v2: its cgroup namespace). Made writable, Slurm nests its cgroups under the
+# container's: jobs stay inside the pod's device, memory and cpuset limits. A bind remount flips
+# only the mount's read-only flag, on either version. Plain sh and mount(8): images need no awk.
+REMOUNT_CGROUPS_WRITABLE = (
+    "while read -r _ path type _; do case $type in cgroup|cgroup2) mount -o remount,bind,rw \"$path\" || exit 1;; esac;"
+    " done < /proc/mounts"
+)
+
+
+# cgroup v1: Slurm writes `c MAJ:MIN rwm` to a job's devices.allow (cgroup/v1 _handle_device_access),
+# and the kernel refuses a child cgroup more than its parent has. Device plugins hand GPUs to the
+# container as `rw` (NVIDIA's, and the double), so slurmd first adds `m` to the devices its own
+# cgroup already holds `rw`; its parent, the pod's cgroup, allows every device. Nothing new opens:
+# the same devices, and root in slurmd is already trusted with CAP_SYS_ADMIN (docs/security.md).
+V1_DEVICES = "/sys/fs/cgroup/devices"
+GRANT_MKNOD_ON_HELD_DEVICES = (
+    f'while read -r type device access; do case $access in rw) echo "$type $device rwm" > {V1_DEVICES}/devices.allow'
+    f" || exit 1;; esac; done < {V1_DEVICES}/devices.list"
+)
 
 
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
-    """slurmd in the foreground. An unprivileged container gets its cgroup read-only: on cgroup v2
-    (a private cgroup namespace whose root is the container's own cgroup) slurmd remounts it
-    writable and nests job cgroups under it; on v1, job cgroups go on the host's tree (cgroup_volumes)."""
+    """slurmd in the foreground; unprivileged, after making its own cgroup writable."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
-    if isolates_gpus(pool) and config.slurm.cgroup_version is CgroupVersion.V2:
-        return ["sh", "-c", f'mount -o remount,rw {CGROUP_ROOT} && exec "$@"', "slurmd", *slurmd]
-    return slurmd
-
-
-def cgroup_volumes(config: StackConfig, pool: NodePool) -> list[k8s.core.v1.VolumeArgs]:
-    if not (isolates_gpus(pool) and config.slurm.cgroup_version is CgroupVersion.V1):
-        return []
-    return [k8s.core.v1.VolumeArgs(
-        name="cgroup", host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=CGROUP_ROOT, type="Directory"))]
-
-
-def cgroup_mounts(config: StackConfig, pool: NodePool) -> list[k8s.core.v1.VolumeMountArgs]:
-    return [mount("cgroup", CGROUP_ROOT)] if cgroup_volumes(config, pool) else []
+    if not isolates_gpus(pool):
+        return slurmd
+    steps = [REMOUNT_CGROUPS_WRITABLE]
+    if config.slurm.cgroup_version is CgroupVersion.V1:
+        steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
+    return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
 
 
 def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
@@ -140,7 +142,10 @@ class ComputePool(pulumi.ComponentResource):
         pod_labels = {**selector, config.placement.pool_label: pool.name}
         daemonset = k8s.apps.v1.DaemonSet(
             name,
-            metadata=meta(namespace=args.namespace, labels=pod_labels),
+            # pulumi-kubernetes awaits a DaemonSet until every pod runs the new template, which
+            # under OnDelete is never without a person (provider/pkg/await/daemonset.go): a template
+            # change would fail `up` after 10 minutes. slurmd's readiness is Slurm's to report.
+            metadata=meta(namespace=args.namespace, labels=pod_labels, annotations=SKIP_AWAIT),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="OnDelete"),
@@ -193,7 +198,6 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
-                        *cgroup_mounts(config, pool),
                     ],
                 )
             ],
@@ -204,6 +208,5 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
-                *cgroup_volumes(config, pool),
             ],
         )

@@ -13,13 +13,13 @@ from components.common import (
     child,
     claim_volume,
     config_map_volume,
+    control_daemon_placement,
     empty_dir,
     exec_probe,
     labels,
     locked_down,
     meta,
     mount,
-    off_gpu_pools,
     requirements,
     stateful,
     tcp_probe,
@@ -188,7 +188,7 @@ class SlurmController(pulumi.ComponentResource):
         config, site = args.config, args.site
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
-            affinity=off_gpu_pools(config.placement.pool_label),
+            **control_daemon_placement(config),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
             init_containers=[
                 munged_sidecar(config.images.slurmd),

@@ -13,7 +13,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
+from components.common import SKIP_AWAIT, child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
 from components.namespace import inference_policies, network_policies, pod_security_labels
 from config.models import Inference, InferenceModel, InferenceServer, PoolMode, StackConfig
 
@@ -92,7 +92,7 @@ def await_annotations(config: StackConfig) -> Optional[dict[str, str]]:
     """`pulumi up` waits for the servers to be Ready, except when every pool they may use is
     time-shared: outside the window they cannot run, and an up then must not wait for them."""
     if all(pool.mode is PoolMode.TIME_SHARED for pool in config.inference_pools):
-        return {"pulumi.com/skipAwait": "true"}
+        return SKIP_AWAIT
     return None
 
 

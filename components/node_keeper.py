@@ -16,8 +16,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools
-from components.compute import tolerations_for
+from components.common import bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, tolerations_for
 from components.programs import source
 from config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
@@ -57,9 +56,7 @@ def desired_state(config: StackConfig) -> dict:
 def kept_taints(config: StackConfig) -> tuple[Taint, ...]:
     """Every taint the keeper may set; it tolerates them all, so its own taints never evict it."""
     taints = [t for pool in config.pools for t in config.pool_taints(pool)]
-    if any(pool.inference_window for pool in config.pools):
-        taints.append(config.window_taint)
-    return tuple(dict.fromkeys(taints))
+    return tuple(dict.fromkeys((*taints, *config.window_taints)))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from config.models import StackConfig
 
 
 def build(config: StackConfig) -> DualScheduledCluster:
-    """Register the cluster for a validated config and export its outputs."""
+    """Register the cluster a validated config describes (Slurm, model servers or both) and export its
+    outputs; those of a part the stack leaves out are None."""
     cluster = DualScheduledCluster("dualsched", config)
     pulumi.export("namespaces", cluster.namespaces)
     pulumi.export("controller_address", cluster.controller_address)

@@ -1,45 +1,66 @@
 """Offline render: what `pulumi up` would create, as YAML files, without a cluster.
 
-    python -m components.render --stack dev --out build/dev
-    python -m components.render --config path/to/Pulumi.x.yaml --out build/x
+    python -m components.render --stack dev --out build/dev              # ./Pulumi.dev.yaml
+    python -m components.render --stack-file path/to/Pulumi.x.yaml --out build/x
+    python -m components.render --stack prod --config-key myproj:cluster --program infra.cluster:build --out build/prod
 
-Runs the real program (components.program.build) under Pulumi mocks, writes
+Runs a program under Pulumi mocks (by default dualsched's own, components.program:build;
+``--program module:function`` runs yours, imported from the working directory), writes
 every Kubernetes object as YAML (one file per object, grouped by namespace),
-the rendered Slurm files, and prints a summary. Secret values are redacted.
+the Slurm files of the program's Slurm config ConfigMap, and prints a summary. The
+program gets the validated config at ``--config-key`` (default: the stack's
+``dualsched:*`` keys) when it takes one argument, or nothing when it takes none and
+reads config itself: either way ``pulumi.Config`` sees the stack file's whole config.
+Secret values are redacted. A secret encrypted in the stack file (``secure:``) is
+rendered from a placeholder: only the Pulumi CLI can decrypt it. ESC environments the
+stack imports are not opened: a note says so, and a value set only there is missing
+(see config.loader.environment_note). Pulumi ``transforms`` (ResourceOptions(transforms=...),
+pulumi.runtime.register_resource_transform) are refused: the engine runs them, and
+Pulumi's mocks do not (see render_config). ``transformations`` run in the SDK and render.
 A manifest (.dualsched-render.json) lists what the render wrote: the next render
 into that directory removes only those files, and a render refuses a non-empty
 directory without one, so it never deletes what it did not write.
-Exit 0 on success, 2 with the problems on invalid config or a refused directory.
+Exit 0 on success, 2 with the problems on bad input (config, options, program, directory).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextvars
 import hashlib
+import importlib
+import inspect
 import json
 import os
+import re
 import secrets
 import string
 import sys
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
 import pulumi
 import yaml
+from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
-from components.slurm_files import config_hash, kubernetes_site, render_slurm_files
-from config import ConfigError, Problem, StackConfig, load_stack_file
+from components.slurm_files import config_hash
+from config import ConfigError, ConfigKey, Problem, StackConfig, load_stack_file
+from config.loader import engine_settings, environment_note, read_stack_document
 
 REDACTED = "<redacted>"
 CLUSTER_SCOPED = "_cluster"
 MANIFEST = ".dualsched-render.json"
 """What a render wrote, by path relative to its directory; JSON, so no reader of the render's *.yaml sees it."""
-ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "dualsched"
+DEFAULT_PROGRAM = "components.program:build"
+SLURM_CONFIG_LABEL = ("app.kubernetes.io/name", "slurm-config")
+"""The label of the ConfigMap holding the Slurm files (components/slurm_config.py)."""
 
 
 @dataclass
@@ -97,6 +118,9 @@ class Render:
     component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     generated_secrets: list[str] = field(default_factory=list)
     slurm_files: dict[str, str] = field(default_factory=dict)
+    """The files of the program's one Slurm config ConfigMap; empty without one (or with several)."""
+    transforms: list[str] = field(default_factory=list)
+    """Transforms the program registered, which the engine would run and the render does not."""
 
     @property
     def slurm_conf_hash(self) -> str:
@@ -184,13 +208,15 @@ class RenderMocks(pulumi.runtime.Mocks):
 
 class RenderMonitor(pulumi_mocks.MockMonitor):
     """The stock mock monitor, also recording each registration's options and component outputs,
-    which the engine (and a CrossGuard pack) sees but no manifest carries."""
+    which the engine (and a CrossGuard pack) sees but no manifest carries, and every transform."""
 
     def __init__(self, mocks: pulumi.runtime.Mocks, render: Render):
         super().__init__(mocks)
         self.render = render
 
     def RegisterResource(self, request):
+        if request.transforms:
+            self.render.transforms.append(f"ResourceOptions(transforms=...) of {request.type} {request.name!r}")
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             self.render.registrations.append(
@@ -215,22 +241,126 @@ class RenderMonitor(pulumi_mocks.MockMonitor):
         self.render.component_outputs[request.urn] = plain(rpc.deserialize_properties(request.outputs))
         return super().RegisterResourceOutputs(request)
 
+    def RegisterStackTransform(self, request):
+        self.render.transforms.append("a stack transform (pulumi.runtime.register_resource_transform)")
+        return super().RegisterStackTransform(request)
+
+    def RegisterStackInvokeTransform(self, request):
+        self.render.transforms.append("an invoke transform (pulumi.runtime.register_invoke_transform)")
+        return super().RegisterStackInvokeTransform(request)
+
+
+class InputError(Exception):
+    """Input the tool cannot use (an option's value, the program): one ``<what>: <problem> (got <value>)``."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        super().__init__(str(problem))
+
+
+class TransformsRefused(InputError):
+    """The program registers transforms, which the engine would run on its registrations (see render_config)."""
+
+    def __init__(self, found: list[str]):
+        super().__init__(Problem(
+            "transforms",
+            "the program registers Pulumi transforms, which the engine runs on each registration and an offline render "
+            "cannot reproduce (Pulumi's mocks never run them), so its render would differ from what `pulumi up` creates "
+            "and none was made; check the program with `pulumi preview --json` and `python -m components.report "
+            "--preview` (`transformations`, which the SDK itself runs, do render)",
+            list(dict.fromkeys(found)),
+        ))
+
+
+@dataclass(frozen=True)
+class Program:
+    """A Pulumi program as the render runs it: a function of the validated StackConfig, or of nothing
+    (it reads its config itself with ``pulumi.Config``)."""
+
+    function: Callable[..., Any]
+    reference: str
+    takes_config: bool
+
+    @classmethod
+    def of(cls, function: Callable[..., Any], reference: str) -> Program:
+        """InputError unless ``function`` takes one argument (the config) or none."""
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):  # a callable Python cannot describe (a builtin)
+            raise InputError(Problem("--program", "is not a function the render can call", reference)) from None
+        required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(required) > 1:
+            raise InputError(Problem("--program", "must take the validated config (one argument) or nothing "
+                                     f"(it reads its config itself), not {len(required)} arguments", reference))
+        return cls(function, reference, len(required) == 1)
+
+    def run(self, config: Optional[StackConfig]) -> Any:
+        return self.function(config) if self.takes_config else self.function()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the engine would give the program besides the StackConfig: the stack's whole config as text
+    (for ``pulumi.Config``), the keys it marks secret, and the project name (``pulumi.Config()``'s namespace)."""
+
+    values: Mapping[str, str] = field(default_factory=dict)
+    secret_keys: tuple[str, ...] = ()
+    project: str = PROJECT
+
+
+def _run_in_config(engine: EngineConfig, run: Callable[[], Any]) -> None:
+    """Run with ``engine``'s config as the runtime's. The runtime keeps its config in context variables:
+    set in a copy of the context, it is gone afterwards and the caller's config is as it was."""
+
+    def configured() -> None:
+        runtime_config.set_all_config(dict(engine.values), list(engine.secret_keys))
+        run()
+
+    contextvars.copy_context().run(configured)
+
 
 def render_config(
-    config: StackConfig, stack: str = "render", program: Optional[Callable[[StackConfig], Any]] = None
+    config: Optional[StackConfig],
+    stack: str = "render",
+    program: Union[Program, Callable[..., Any], None] = None,
+    engine: EngineConfig = EngineConfig(),
 ) -> Render:
-    """Run ``program`` (default: the dualsched program) for ``config`` under mocks and collect what it registers."""
+    """Run ``program`` (default: the dualsched program) for ``config`` under mocks and collect what it registers.
+
+    Refuses (TransformsRefused) a program that registers transforms. The engine runs them on each
+    registration: the resource's own, then each ancestor's, then the stack's, on inputs it has turned
+    into output values, mapping options both ways (pkg/resource/deploy/source_eval.go). Pulumi's mock
+    monitor does not (``MockResourceArgs.transforms``: "The mock monitor does not run them"), and
+    reproducing the engine's part offline would mean re-implementing it against the SDK's private
+    callback server: a render that silently differs from `pulumi up` is worse than none.
+    ``transformations`` run in the SDK before registration, exactly as in `pulumi up`: they render.
+    """
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
     from components.program import build
 
+    runnable = program if isinstance(program, Program) else Program.of(program or build, getattr(program, "__qualname__", DEFAULT_PROGRAM))
     render = Render()
     mocks = RenderMocks(render)
-    pulumi.runtime.set_mocks(mocks, project="dualsched", stack=stack, preview=False, monitor=RenderMonitor(mocks, render))
-    _sync_await(run_pulumi_func(lambda: (program or build)(config)))
-    render.slurm_files = render_slurm_files(config, kubernetes_site(config))
+    pulumi.runtime.set_mocks(mocks, project=engine.project, stack=stack, preview=False, monitor=RenderMonitor(mocks, render))
+    _run_in_config(engine, lambda: _sync_await(run_pulumi_func(lambda: runnable.run(config))))
+    if render.transforms:
+        raise TransformsRefused(render.transforms)
+    render.slurm_files = slurm_files(render.objects)
     return render
+
+
+def slurm_files(objects: list[RenderedObject]) -> dict[str, str]:
+    """The Slurm files as the cluster gets them: the data of the program's Slurm config ConfigMap (none
+    without Slurm; none either with several, which slurm-files/ could not tell apart)."""
+    maps = [obj for obj in objects if obj.kind == "ConfigMap" and is_slurm_config(obj.manifest)]
+    return dict(maps[0].manifest.get("data") or {}) if len(maps) == 1 else {}
+
+
+def is_slurm_config(manifest: Mapping[str, Any]) -> bool:
+    key, value = SLURM_CONFIG_LABEL
+    return manifest.get("kind") == "ConfigMap" and ((manifest.get("metadata") or {}).get("labels") or {}).get(key) == value
 
 
 def redacted(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -361,27 +491,164 @@ def format_summary(render: Render) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------- the stack file and the program to render
+
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}", re.ASCII)
+_PROGRAM_REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+SOURCE_HELP = """\
+The stack file is ./Pulumi.<stack>.yaml of the working directory (--stack) or any file (--stack-file).
+--config-key says where in its config the dualsched config is: a namespace whose keys are its
+top-level fields (default 'dualsched': dualsched:slurm, dualsched:pools, ...), or one key holding
+the whole config as an object ('myproj:cluster', read with pulumi.Config("myproj").require_object("cluster")).
+--program runs your program instead of dualsched's: a function imported from the working directory,
+taking the validated config (StackConfig) or nothing (it reads its config with pulumi.Config, which
+sees the stack file's whole config). Pulumi transforms are refused; transformations render."""
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--stack / --stack-file, --config-key and --program: a stack file, and how to render it."""
+    source = parser.add_mutually_exclusive_group(required=required)
+    source.add_argument("--stack", help="stack name: reads ./Pulumi.<stack>.yaml from the working directory")
+    source.add_argument("--stack-file", "--config", dest="stack_file", type=Path, metavar="PATH",
+                        help="a stack file at any path (--config is its older name)")
+    parser.add_argument("--config-key", default=str(ConfigKey()), metavar="KEY",
+                        help="where the stack's config holds the dualsched config: NAMESPACE or NAMESPACE:KEY "
+                        "(default: %(default)s)")
+    parser.add_argument("--program", default=DEFAULT_PROGRAM, metavar="MODULE:FUNCTION",
+                        help="the program to render, importable from the working directory (default: %(default)s)")
+
+
+class ProgramFailed(Exception):
+    """The program stopped with a pulumi.RunError: its own message, as `pulumi up` prints it."""
+
+    def __init__(self, program: Program, error: pulumi.RunError):
+        super().__init__(f"program {program.reference} stopped:\n{error}")
+
+
+def stack_path(stack: Optional[str], stack_file: Optional[Path]) -> Path:
+    """--stack-file as given, or --stack's Pulumi.<stack>.yaml in the working directory (never this package's)."""
+    if stack_file is not None:
+        return stack_file
+    if not _STACK_NAME.fullmatch(stack or ""):
+        raise InputError(Problem("--stack", "must be a stack name: letters, digits, '-', '_' and '.'", stack))
+    path = Path(f"Pulumi.{stack}.yaml")
+    if not path.is_file():
+        raise InputError(Problem("--stack", f"there is no {path} in the working directory {Path.cwd()} "
+                                 "(--stack-file PATH reads one elsewhere)", stack))
+    return path
+
+
+def load_program(reference: str) -> Program:
+    """The function ``module:function`` names, imported with the working directory first on the path."""
+    if not _PROGRAM_REFERENCE.fullmatch(reference):
+        raise InputError(Problem("--program", "must be '<module>:<function>', e.g. 'infra.cluster:build'", reference))
+    module_name, function_name = reference.split(":")
+    if module_name == "__main__":  # would name the running tool, not the project's program
+        raise InputError(Problem("--program", "cannot be a __main__.py: move the program into a module of its own "
+                                 "(infra.py) that __main__.py calls, and name that", reference))
+    # As `python -m` has it: the consumer's project, wherever this package is installed.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # whatever the consumer's module raises on import
+        raise InputError(Problem("--program", f"cannot import {module_name}: {type(error).__name__}: {error}", reference)) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise InputError(Problem("--program", f"module {module_name} has no function {function_name}", reference))
+    return Program.of(function, reference)
+
+
+def _config_key(text: str) -> ConfigKey:
+    try:
+        return ConfigKey.parse(text)
+    except ValueError as error:
+        raise InputError(Problem("--config-key", str(error), text)) from None
+
+
+def project_name(stack_file: Path) -> str:
+    """The name in the Pulumi.yaml beside the stack file: the namespace of ``pulumi.Config()``."""
+    project = stack_file.parent / "Pulumi.yaml"
+    document = read_stack_document(project) if project.is_file() else None
+    name = document.get("name") if isinstance(document, dict) else None
+    return name if isinstance(name, str) and name else PROJECT
+
+
+@dataclass(frozen=True)
+class Source:
+    """A stack file, the program that renders it, and what the program is given."""
+
+    path: Path
+    program: Program
+    engine: EngineConfig
+    config: Optional[StackConfig]
+    """The validated config at the config key; None when the program reads config itself."""
+    note: str
+    """What an offline read of the stack leaves out (config.loader.environment_note); empty when nothing."""
+
+    @property
+    def stack(self) -> str:
+        return self.path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+
+
+def load_source(path: Path, config_key: str = str(ConfigKey()), program: str = DEFAULT_PROGRAM, need_config: bool = False) -> Source:
+    """Read and check everything a render needs: ConfigError or InputError, before anything is registered."""
+    key, runnable = _config_key(config_key), load_program(program)
+    document = read_stack_document(path) or {}
+    values, secret_keys = engine_settings(document, path)
+    config = load_stack_file(path, key) if runnable.takes_config or need_config else None
+    engine = EngineConfig(values, tuple(secret_keys), project_name(path))
+    return Source(path, runnable, engine, config, environment_note(document, path))
+
+
+def _where(error: BaseException) -> str:
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    return f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+
+
+def render_source(source: Source) -> Render:
+    """render_config of a Source; what the program raises becomes one line (ProgramFailed, InputError)."""
+    try:
+        return render_config(source.config, source.stack, source.program, source.engine)
+    except (InputError, ConfigError):
+        raise
+    except pulumi.RunError as error:
+        raise ProgramFailed(source.program, error) from None
+    except Exception as error:  # mostly the program's own: one line saying where, not a traceback
+        raise InputError(Problem("--program", f"stopped the render with {type(error).__name__}: {error} (at {_where(error)})",
+                                 source.program.reference)) from None
+
+
+BAD_INPUT = (ConfigError, InputError, ProgramFailed, RenderRefused)
+"""What main() reports in one message and exit code 2."""
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.render", description=__doc__.split("\n\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml from the project directory")
-    source.add_argument("--config", type=Path, help="a stack YAML file at any path")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.render", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_source_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="directory to write the manifests into")
     args = parser.parse_args(argv)
 
-    path = args.config or ROOT / f"Pulumi.{args.stack}.yaml"
-    stack = args.stack or path.stem.removeprefix("Pulumi.")
     try:
-        config = load_stack_file(path)
+        source = load_source(stack_path(args.stack, args.stack_file), args.config_key, args.program)
         previous = previous_render_files(args.out)
-        render = render_config(config, stack)
+        render = render_source(source)
         written = replace_render(render, args.out, previous)
-    except (ConfigError, RenderRefused) as error:
+    except BAD_INPUT as error:
         print(error, file=sys.stderr)
         return 2
-    print(f"rendered stack '{stack}' into {args.out}: {len(written)} files")
+    program = "" if args.program == DEFAULT_PROGRAM else f" with program {args.program}"
+    print(f"rendered stack '{source.stack}'{program} into {args.out}: {len(written)} files")
     print(format_summary(render))
-    print(f"  slurm.conf hash: {render.slurm_conf_hash[:16]}")
+    if render.slurm_files:
+        print(f"  slurm.conf hash: {render.slurm_conf_hash[:16]}")
+    else:
+        print("  slurm.conf: none (the program registers no Slurm config ConfigMap)")
+    if source.note:
+        print(source.note)
     return 0
 
 

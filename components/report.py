@@ -1,10 +1,15 @@
 """Change report: what a change does to Slurm and serving, as Markdown for a pull request.
 
     python -m components.report --base build/base --head build/head [--out report.md]
+    python -m components.report --base main/Pulumi.prod.yaml --stack prod [--config-key myproj:cluster] [--program infra.cluster:build]
     python -m components.report --preview preview.json [--out report.md]
 
 Input is either two offline renders (``python -m components.render``) or the
-output of ``pulumi preview --json``. Each changed object is classified by its
+output of ``pulumi preview --json``. A side given as a stack file (``--base FILE``,
+``--head FILE``, or ``--stack``/``--stack-file`` for the head) is rendered here first,
+with this checkout's program, as ``components.render`` would (same ``--config-key``
+and ``--program``): right for a change of config; for a change of the program itself,
+render each checkout with its own code and compare the directories. Each changed object is classified by its
 impact on the running cluster (see :class:`Impact`): a refused ClusterName change,
 storage replace/delete (DATA RISK), a replaced workload (every pod deleted at once),
 config reload, slurmctld restart, slurmd pool roll (with the GPU nodes to drain),
@@ -33,6 +38,7 @@ import difflib
 import json
 import re
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
@@ -47,8 +53,20 @@ from components.controller import CONFIG_HASH_ANNOTATION
 from components.node_keeper import KEEPER, STATE_FILE
 from components.nodepools import MODE_LABEL
 from components.programs.node_keeper import MINUTES_PER_DAY, describe
-from components.render import SECRET_SIGNATURE
+from components.render import (
+    BAD_INPUT,
+    SECRET_SIGNATURE,
+    SOURCE_HELP,
+    InputError,
+    add_source_arguments,
+    is_slurm_config,
+    load_source,
+    render_source,
+    stack_path,
+    write_render,
+)
 from components.slurm_files import SLURM_FILES
+from config import Problem
 
 MARKER = "<!-- dualsched-report -->"
 REDACTED = "[redacted]"
@@ -489,10 +507,6 @@ def _role(manifest: Mapping[str, Any]) -> str:
     return template_labels.get(NAME_LABEL) or _labels(manifest).get(NAME_LABEL) or ""
 
 
-def is_slurm_config(manifest: Mapping[str, Any]) -> bool:
-    return manifest.get("kind") == "ConfigMap" and _labels(manifest).get(NAME_LABEL) == "slurm-config"
-
-
 def template_changed(change: Change) -> bool:
     """A replace, or a change at or under spec.template (a coarse engine reason like "spec" counts)."""
     return change.op == "replace" or any(_under(path, "spec.template") or _under("spec.template", path) for path in change.paths)
@@ -776,9 +790,18 @@ def _node_consequences(old_labels: Mapping, new_labels: Mapping, added: set[Node
         notes.append("running pods that do not tolerate a NoExecute taint are evicted")
     if any(t.evicts and t.window for t in added):
         notes.append("pods that do not tolerate the window taint are evicted each day when the window closes")
+    if added:
+        notes.append(_gpu_stack_tolerations(added))
     if removed:
         notes.append("Kubernetes pods may now schedule onto these nodes")
     return " — " + "; ".join(notes) if notes else ""
+
+
+def _gpu_stack_tolerations(added: set[NodeTaint]) -> str:
+    # Kubernetes gives DaemonSet pods tolerations only for its own node.kubernetes.io taints.
+    needed = ", ".join(f"`{t.taint}`" for t in sorted(added))
+    return (f"the GPU stack's DaemonSets on these nodes (device plugin, DCGM exporter, CNI) must tolerate {needed} "
+            "or they stay off the nodes after their next restart (docs/gpu-sharing.md)")
 
 
 CLASSIFIERS = (storage_findings, slurm_config_findings, workload_findings, node_findings)
@@ -906,26 +929,67 @@ def render_markdown(plan: Plan, title: str = "dualsched change report") -> str:
 # --------------------------------------------------------------------------------- CLI
 
 
+def _preview(path: Path) -> Mapping[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(Problem("--preview", f"cannot read it as JSON: {error}", str(path))) from None
+    if not isinstance(document, dict):
+        raise InputError(Problem("--preview", "is not the output of `pulumi preview --json` (a JSON object)", str(path)))
+    return document
+
+
+def _render_directory(option: str, path: Path, args: argparse.Namespace, scratch: Path) -> Path:
+    """A side of the comparison as a render directory: as given, or a stack file rendered into ``scratch``."""
+    if path.is_dir():
+        return path
+    if not path.is_file():
+        raise InputError(Problem(option, "is neither a render directory nor a stack file", str(path)))
+    out = scratch / option.strip("-")
+    write_render(render_source(load_source(path, args.config_key, args.program)), out)
+    return out
+
+
+def _plan_from_sides(args: argparse.Namespace, head: Path) -> Plan:
+    with tempfile.TemporaryDirectory(prefix="dualsched-report-") as scratch:
+        base_dir = _render_directory("--base", args.base, args, Path(scratch))
+        head_dir = _render_directory("--head", head, args, Path(scratch))
+        try:
+            plan = plan_from_renders(base_dir, head_dir)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise InputError(Problem("--base/--head", f"cannot read a render: {error}", f"{args.base} → {head}")) from None
+    plan.source = f"offline render `{args.base}` → `{head}`"
+    return plan
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", type=Path, help="render directory of the base (with --head)")
-    parser.add_argument("--head", type=Path, help="render directory of the head (with --base)")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.report", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--base", type=Path, help="the base: a render directory, or a stack file to render")
+    parser.add_argument("--head", type=Path, help="the head: a render directory, or a stack file to render")
+    add_source_arguments(parser, required=False)
     parser.add_argument("--preview", type=Path, help="output of `pulumi preview --json`")
     parser.add_argument("--title", default="dualsched change report", help="heading of the report")
     parser.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
     args = parser.parse_args(argv)
 
-    if args.preview and (args.base or args.head):
-        parser.error("use either --preview or --base/--head")
-    if args.preview:
-        plan = plan_from_preview(json.loads(args.preview.read_text()))
-    elif args.base and args.head:
-        for directory in (args.base, args.head):
-            if not directory.is_dir():
-                parser.error(f"not a render directory: {directory}")
-        plan = plan_from_renders(args.base, args.head)
-    else:
-        parser.error("give --base and --head, or --preview")
+    head_stack = args.stack is not None or args.stack_file is not None
+    if args.preview and (args.base or args.head or head_stack):
+        parser.error("use either --preview or --base with --head (or --stack / --stack-file)")
+    if args.head and head_stack:
+        parser.error("give the head once: --head, --stack or --stack-file")
+    try:
+        if args.preview:
+            plan = plan_from_preview(_preview(args.preview))
+        elif args.base and (args.head or head_stack):
+            plan = _plan_from_sides(args, args.head or stack_path(args.stack, args.stack_file))
+        else:
+            parser.error("give --base and --head (or --stack / --stack-file), or --preview")
+    except BAD_INPUT as error:
+        print(error, file=sys.stderr)
+        return 2
     text = render_markdown(plan, args.title)
     if args.out:
         args.out.write_text(text)

@@ -7,8 +7,7 @@ A PV binds exactly one claim, so Slurm (read-write, checkpoints) and inference
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -26,21 +25,50 @@ class StorageConsumer:
 
 
 def volume_source(storage: SharedStorage, read_only: bool) -> dict:
-    """The PV's nfs, csi or hostPath source (as PersistentVolumeSpecArgs keyword arguments)."""
-    if storage.type is StorageType.NFS:
-        return {"nfs": k8s.core.v1.NFSVolumeSourceArgs(server=storage.nfs.server, path=storage.nfs.path, read_only=read_only)}
-    if storage.type is StorageType.HOST_PATH:
-        # hostPath has no read-only flag of its own: the claim's ReadOnlyMany and the pods' readOnly mounts hold it.
-        return {"host_path": k8s.core.v1.HostPathVolumeSourceArgs(path=storage.host_path.path, type="DirectoryOrCreate")}
+    """The PV's volume source, and any mount options, as PersistentVolumeSpecArgs keyword arguments."""
+    return _SOURCES[storage.type](storage, read_only)
+
+
+def _nfs(storage: SharedStorage, read_only: bool) -> dict:
+    return {"nfs": k8s.core.v1.NFSVolumeSourceArgs(server=storage.nfs.server, path=storage.nfs.path, read_only=read_only)}
+
+
+def _host_path(storage: SharedStorage, read_only: bool) -> dict:
+    # hostPath has no read-only flag of its own: the claim's ReadOnlyMany and the pods' readOnly mounts hold it.
+    return {"host_path": k8s.core.v1.HostPathVolumeSourceArgs(path=storage.host_path.path, type="DirectoryOrCreate")}
+
+
+def _csi(driver: str, volume_handle: str, read_only: bool, fs_type: Optional[str] = None) -> k8s.core.v1.CSIPersistentVolumeSourceArgs:
+    # readOnly here reaches only ControllerPublishVolume; NodePublishVolume mounts read-only because the
+    # inference pods' claim says readOnly.
+    return k8s.core.v1.CSIPersistentVolumeSourceArgs(driver=driver, volume_handle=volume_handle, fs_type=fs_type, read_only=read_only)
+
+
+def _lustre(storage: SharedStorage, read_only: bool) -> dict:
     lustre = storage.lustre
+    # HPE's NodePublishVolume passes mount(8) the handle as the source, the PV's fsType as the type and the
+    # PV's mountOptions, nothing else: without fsType, mount would have to guess what '<nid>:/<fs>' is.
     return {
-        "csi": k8s.core.v1.CSIPersistentVolumeSourceArgs(
-            driver=lustre.driver,
-            volume_handle=lustre.volume_handle,
-            volume_attributes=dict(lustre.volume_attributes) or None,
-            read_only=read_only,
-        )
+        "csi": _csi(lustre.driver, lustre.volume_handle, read_only, fs_type="lustre"),
+        "mount_options": list(lustre.mount_options) or None,
     }
+
+
+def _gpfs(storage: SharedStorage, read_only: bool) -> dict:
+    return {"csi": _csi(storage.gpfs.driver, storage.gpfs.volume_handle, read_only)}
+
+
+def _beegfs(storage: SharedStorage, read_only: bool) -> dict:
+    return {"csi": _csi(storage.beegfs.driver, storage.beegfs.volume_handle, read_only)}
+
+
+_SOURCES: dict[StorageType, Callable[[SharedStorage, bool], dict]] = {
+    StorageType.NFS: _nfs,
+    StorageType.LUSTRE: _lustre,
+    StorageType.GPFS: _gpfs,
+    StorageType.BEEGFS: _beegfs,
+    StorageType.HOST_PATH: _host_path,
+}
 
 
 @dataclass(frozen=True)

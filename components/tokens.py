@@ -17,7 +17,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import bind_cluster_role, child, config_map_volume, deployment_with_service, labels, locked_down, meta, mount, off_gpu_pools
+from components.common import (
+    bind_cluster_role, child, config_map_volume, control_daemon_placement, deployment_with_service, labels, locked_down, meta, mount,
+)
 from components.programs import source
 from components.programs.token_minter import TOKEN_PATH
 from components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE, JWT_KEY_PATH
@@ -120,7 +122,7 @@ class TokenMinter(pulumi.ComponentResource):
         return k8s.core.v1.PodSpecArgs(
             service_account_name=account,
             automount_service_account_token=True,  # its own token, for TokenReview
-            affinity=off_gpu_pools(config.placement.pool_label),
+            **control_daemon_placement(config),
             security_context=k8s.core.v1.PodSecurityContextArgs(
                 run_as_non_root=True, run_as_user=NOBODY_UID, run_as_group=NOBODY_UID, fs_group=NOBODY_UID,
                 seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),

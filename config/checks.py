@@ -6,10 +6,13 @@ with five mistakes gets five lines in one message, not five deployments.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterator, Optional
+
+from pydantic.alias_generators import to_camel
 
 from config.models import (
     AccessMode,
@@ -59,16 +62,51 @@ def format_value(value: Any, limit: int = 80) -> str:
 Check = Callable[[StackConfig], Iterator[Problem]]
 
 
+def _with(section: str) -> Callable[[Check], Check]:
+    """Run a check of one optional section only when the stack has that section: an absent section
+    builds nothing, so there is nothing of it to check."""
+
+    def wrap(check: Check) -> Check:
+        @functools.wraps(check)
+        def run(config: StackConfig) -> Iterator[Problem]:
+            return check(config) if getattr(config, section) is not None else iter(())
+
+        return run
+
+    return wrap
+
+
+def builds_something(config: StackConfig) -> Iterator[Problem]:
+    if config.slurm is None and not config.serves_models:
+        yield Problem("slurm", "a stack builds Slurm, model servers or both: give a slurm section, "
+                      "inference.models, or both", MISSING)
+
+
+def pools_without_slurm(config: StackConfig) -> Iterator[Problem]:
+    """Without a slurm section there is no slurmd to give GPUs to, and no node keeper to set taints
+    (it runs beside Slurm): an inference-only stack's pools are mode kubernetes, without taints."""
+    if config.slurm is not None:
+        return
+    for index, pool in enumerate(config.pools):
+        if pool.runs_slurmd:
+            yield Problem(f"pools[{index}].mode", "runs slurmd, and the stack has no slurm section: an inference-only "
+                          "stack's pools are mode 'kubernetes'", pool.mode)
+        if pool.taints:
+            yield Problem(f"pools[{index}].taints", "an inference-only stack sets no node taints (the node keeper that "
+                          "keeps them runs beside Slurm): taint the nodes yourself and list the taints in "
+                          "inference.tolerations", [t.key for t in pool.taints])
+
+
 def _duplicates(names: list[str]) -> set[str]:
     return {name for name, count in Counter(names).items() if count > 1}
 
 
 def unique_names(config: StackConfig) -> Iterator[Problem]:
-    collections = {
-        "pools": [pool.name for pool in config.pools],
-        "slurm.partitions": [partition.name for partition in config.slurm.partitions],
-        "inference.models": [model.name for model in config.inference.models],
-    }
+    collections = {"pools": [pool.name for pool in config.pools]}
+    if config.slurm is not None:
+        collections["slurm.partitions"] = [partition.name for partition in config.slurm.partitions]
+    if config.inference is not None:
+        collections["inference.models"] = [model.name for model in config.inference.models]
     for path, names in collections.items():
         repeated = _duplicates(names)
         for index, name in enumerate(names):
@@ -76,6 +114,7 @@ def unique_names(config: StackConfig) -> Iterator[Problem]:
                 yield Problem(f"{path}[{index}].name", "name is used more than once", name)
 
 
+@_with("slurm")
 def partitions_name_existing_slurm_pools(config: StackConfig) -> Iterator[Problem]:
     pools = {pool.name: pool for pool in config.pools}
     for p_index, partition in enumerate(config.slurm.partitions):
@@ -87,6 +126,7 @@ def partitions_name_existing_slurm_pools(config: StackConfig) -> Iterator[Proble
                 yield Problem(path, "pool has mode 'kubernetes' and runs no slurmd", name)
 
 
+@_with("slurm")
 def one_default_partition(config: StackConfig) -> Iterator[Problem]:
     defaults = [i for i, partition in enumerate(config.slurm.partitions) if partition.default]
     for index in defaults[1:]:
@@ -149,7 +189,6 @@ def _tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
 
 def taints_are_tolerated(config: StackConfig) -> Iterator[Problem]:
     slurm_key = config.placement.slurm_taint_key
-    serving = config.inference.enabled and bool(config.inference.models)
     for index, pool in enumerate(config.pools):
         taints = config.pool_taints(pool)
         if pool.mode is PoolMode.DEDICATED and not any(t.key == slurm_key for t in taints):
@@ -158,7 +197,7 @@ def taints_are_tolerated(config: StackConfig) -> Iterator[Problem]:
                 f"a dedicated pool must carry the Slurm taint '{slurm_key}', or Kubernetes pods land on Slurm's GPUs",
                 [t.key for t in taints],
             )
-        if not (pool.serves_inference and serving):
+        if not (pool.serves_inference and config.serves_models):
             continue
         for t_index, taint in enumerate(taints):
             path = f"pools[{index}].taints[{t_index}]"
@@ -168,12 +207,14 @@ def taints_are_tolerated(config: StackConfig) -> Iterator[Problem]:
                 yield Problem(path, "no workload meant for this pool tolerates this taint (add it to inference.tolerations)", taint.key)
 
 
+@_with("inference")
 def inference_never_tolerates_slurm(config: StackConfig) -> Iterator[Problem]:
     for index, toleration in enumerate(config.inference.tolerations):
         if toleration.key == config.placement.slurm_taint_key:
             yield Problem(f"inference.tolerations[{index}].key", "inference must not tolerate the Slurm taint", toleration.key)
 
 
+@_with("inference")
 def inference_fits_on_pools(config: StackConfig) -> Iterator[Problem]:
     if not config.inference.enabled:
         return
@@ -234,9 +275,9 @@ def _kubernetes_share(pools: tuple[NodePool, ...]) -> dict[str, Optional[float]]
 def inference_floors_fit(config: StackConfig) -> Iterator[Problem]:
     """Every model at its replica floor fits in the Kubernetes share of the pools inference may use
     (a time-shared pool's inside its window: outside it, replicas placed there wait)."""
-    models = config.inference.models
-    if not (config.inference.enabled and models):
+    if not config.serves_models:
         return
+    models = config.inference.models
     share = _kubernetes_share(config.inference_pools)
     floor = {
         "GPUs": sum(model.replicas.min * model.gpus for model in models),
@@ -255,6 +296,7 @@ def inference_floors_fit(config: StackConfig) -> Iterator[Problem]:
             )
 
 
+@_with("slurm")
 def ha_needs_shared_state(config: StackConfig) -> Iterator[Problem]:
     controller = config.slurm.controller
     if controller.ha and controller.state_storage.access_mode is not AccessMode.READ_WRITE_MANY:
@@ -265,6 +307,7 @@ def ha_needs_shared_state(config: StackConfig) -> Iterator[Problem]:
         )
 
 
+@_with("slurm")
 def accounting_has_database(config: StackConfig) -> Iterator[Problem]:
     accounting = config.slurm.accounting
     if not accounting.enabled:
@@ -275,34 +318,50 @@ def accounting_has_database(config: StackConfig) -> Iterator[Problem]:
     if accounting.database.mode is DatabaseMode.EXTERNAL:
         external = accounting.database.external
         if external is None:
-            yield Problem("slurm.accounting.database.external", "mode 'external' needs the database's host and passwordSecret", MISSING)
+            yield Problem(
+                "slurm.accounting.database.external", "mode 'external' needs the database's host and password or passwordSecret", MISSING
+            )
             return
         if not external.host:
             yield Problem("slurm.accounting.database.external.host", "an external database needs a host", external.host or MISSING)
-        if external.password_secret is None:
+        if external.password is not None and external.password_secret is not None:
+            yield Problem("slurm.accounting.database.external.password", "give the password or passwordSecret, not both", external.password)
+        elif external.password is None and external.password_secret is None:
             yield Problem(
                 "slurm.accounting.database.external.passwordSecret",
-                "an external database needs the Secret holding its password",
+                "an external database needs the Secret holding its password, or the password as a Pulumi secret (password)",
                 MISSING,
             )
 
 
+# Per storage type: its settings section, what the type is called, and the settings it cannot do without.
+_STORAGE_NEEDS: dict[StorageType, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    StorageType.NFS: ("nfs", "NFS storage", (("server", "a server"), ("path", "a path"))),
+    StorageType.LUSTRE: ("lustre", "Lustre storage", (("mgs_nodes", "the NIDs of its MGS node(s)"),
+                                                      ("fs_name", "the file system name"))),
+    StorageType.GPFS: ("gpfs", "IBM Storage Scale storage", (("cluster_id", "the owning cluster's ID"),
+                                                             ("filesystem_uuid", "the file system's UUID"),
+                                                             ("path", "the directory to share"))),
+    StorageType.BEEGFS: ("beegfs", "BeeGFS storage", (("sys_mgmtd_host", "the management service's host"),
+                                                      ("path", "the directory to share"))),
+    StorageType.HOST_PATH: ("host_path", "hostPath storage", (("path", "a path"),)),
+}
+
+
 def storage_has_required_fields(config: StackConfig) -> Iterator[Problem]:
-    storage = config.storage
-    if storage.type is StorageType.NFS:
-        nfs = storage.nfs
-        for field in ("server", "path"):
-            if nfs is None or not getattr(nfs, field):
-                yield Problem(f"storage.nfs.{field}", f"NFS storage needs a {field}", MISSING if nfs is None else getattr(nfs, field) or MISSING)
-    elif storage.type is StorageType.LUSTRE:
-        lustre = storage.lustre
-        if lustre is None or not lustre.volume_handle:
-            yield Problem("storage.lustre.volumeHandle", "Lustre storage needs the CSI volumeHandle", MISSING)
-    else:
-        if storage.host_path is None or not storage.host_path.path:
-            yield Problem("storage.hostPath.path", "hostPath storage needs a path", MISSING)
-        if config.environment is Environment.PROD:
-            yield Problem("storage.type", "hostPath shares nothing between nodes: prod needs nfs or lustre", storage.type)
+    """The chosen type's settings are complete; the other types' settings are ignored."""
+    section, kind, needs = _STORAGE_NEEDS[config.storage.type]
+    settings = getattr(config.storage, section)
+    for field, what in needs:
+        if settings is None or getattr(settings, field) is None:
+            yield Problem(f"storage.{to_camel(section)}.{to_camel(field)}", f"{kind} needs {what}", MISSING)
+
+
+def prod_storage_is_shared(config: StackConfig) -> Iterator[Problem]:
+    if config.environment is Environment.PROD and config.storage.type is StorageType.HOST_PATH:
+        *shared, last = [kind.value for kind in StorageType if kind is not StorageType.HOST_PATH]
+        yield Problem("storage.type", f"hostPath shares nothing between nodes: prod needs {', '.join(shared)} or {last}",
+                      config.storage.type)
 
 
 def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
@@ -322,9 +381,10 @@ def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
             if request and limit and parse_quantity(request) > parse_quantity(limit):
                 yield Problem(f"{path}.requests.{kind}", f"request exceeds the limit ({limit})", request)
 
-    yield from resources_at("slurm.controller.resources", config.slurm.controller.resources)
-    yield from resources_at("slurm.accounting.resources", config.slurm.accounting.resources)
-    for index, model in enumerate(config.inference.models):
+    if config.slurm is not None:
+        yield from resources_at("slurm.controller.resources", config.slurm.controller.resources)
+        yield from resources_at("slurm.accounting.resources", config.slurm.accounting.resources)
+    for index, model in enumerate(config.inference.models if config.inference is not None else ()):
         yield from resources_at(f"inference.models[{index}].resources", model.resources)
 
 
@@ -350,6 +410,7 @@ def slurmd_memory_adds_up(config: StackConfig) -> Iterator[Problem]:
 
 
 
+@_with("slurm")
 def users_are_distinct(config: StackConfig) -> Iterator[Problem]:
     users = config.slurm.users
     names, uids = _duplicates([user.name for user in users]), _duplicates([str(user.uid) for user in users])
@@ -367,6 +428,7 @@ def users_are_distinct(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"slurm.users[{index}].uid", "uid is used more than once", user.uid)
 
 
+@_with("slurm")
 def identities_map_known_users(config: StackConfig) -> Iterator[Problem]:
     users = {user.name for user in config.slurm.users}
     accounts = _duplicates([identity.service_account for identity in config.submission.identities])
@@ -377,20 +439,37 @@ def identities_map_known_users(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"submission.identities[{index}].serviceAccount", "is mapped more than once", identity.service_account)
 
 
+def slurm_needs_network(config: StackConfig) -> Iterator[Problem]:
+    """slurmd runs on the host network: the Slurm namespace's NetworkPolicies admit it by address."""
+    if config.slurm is not None and config.network is None:
+        yield Problem("network", "a stack with a slurm section needs the nodes' addresses (network.nodeCidrs) for "
+                      "the Slurm namespace's NetworkPolicies", MISSING)
+
+
+def submission_needs_slurm(config: StackConfig) -> Iterator[Problem]:
+    if config.slurm is None and config.submission.enabled:
+        yield Problem("submission.enabled", "Jobs submit to Slurm, and the stack has no slurm section", True)
+
+
 def namespaces_distinct(config: StackConfig) -> Iterator[Problem]:
-    used = {config.slurm.namespace: "slurm.namespace"}
-    for path, namespace, enabled in (
-        ("inference.namespace", config.inference.namespace, config.inference.enabled),
-        ("submission.namespace", config.submission.namespace, config.submission.enabled),
-    ):
-        if not enabled:
+    sections = (
+        ("slurm.namespace", config.slurm),
+        ("inference.namespace", config.inference if config.inference is not None and config.inference.enabled else None),
+        ("submission.namespace", config.submission if config.submission.enabled else None),
+    )
+    used: dict[str, str] = {}
+    for path, section in sections:
+        if section is None:
             continue
+        namespace = section.namespace
         if namespace in used:
             yield Problem(path, f"must differ from {used[namespace]}", namespace)
         used.setdefault(namespace, path)
 
 
 CHECKS: tuple[Check, ...] = (
+    builds_something,
+    pools_without_slurm,
     unique_names,
     partitions_name_existing_slurm_pools,
     one_default_partition,
@@ -406,11 +485,14 @@ CHECKS: tuple[Check, ...] = (
     ha_needs_shared_state,
     accounting_has_database,
     storage_has_required_fields,
+    prod_storage_is_shared,
     prod_images_are_pinned,
     requests_within_limits,
     slurmd_memory_adds_up,
     identities_map_known_users,
     users_are_distinct,
+    slurm_needs_network,
+    submission_needs_slurm,
     namespaces_distinct,
 )
 

@@ -3,6 +3,13 @@
 Every mistake is reported together as ``<config path>: <what is wrong> (got <value>)``
 through :class:`ConfigError`: field-level and cross-field ones in one round, unless a
 field error leaves the cross-field checks nothing sound to judge (the message then says so).
+
+Secrets: a secret field (``SECRET_FIELDS``, typed :class:`config.types.SecretText`) takes a
+Pulumi secret. Inside ``pulumi up`` the engine hands it over decrypted and marks its top-level
+key secret; offline, a stack file's ``secure:`` value stays encrypted and becomes a placeholder.
+A problem shows ``[secret]`` for the value of a secret field, of an encrypted value and of
+anything under a key the engine marks secret. A Pulumi secret anywhere else is refused:
+dualsched would write it into manifests and the state in plain text.
 """
 
 from __future__ import annotations
@@ -10,14 +17,18 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from config.checks import MISSING, CrossFieldError, Problem, format_value
 from config.models import StackConfig
+from config.types import SHOWN_SECRET, SecretText, is_encrypted
 
 NAMESPACE = "dualsched"
 
@@ -29,17 +40,29 @@ class ConfigError(Exception):
     checks on: more problems may follow once these are fixed, and the message says so.
     """
 
-    def __init__(self, problems: Iterable[Problem], source: str, cross_field_checked: bool = True):
+    def __init__(self, problems: Iterable[Problem], source: str, cross_field_checked: bool = True, note: str = ""):
         self.problems = list(problems)
         self.source = source
         self.cross_field_checked = cross_field_checked
+        self.note = note
+        """What the reader should know beyond the problems (an offline read of a stack with ESC environments)."""
         super().__init__(str(self))
 
     def __str__(self) -> str:
         count = len(self.problems)
         lines = "\n".join(f"  {problem}" for problem in self.problems)
         pending = "" if self.cross_field_checked else f"; cross-field checks run once {'it is' if count == 1 else 'they are'} fixed"
-        return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}){pending}:\n{lines}"
+        note = f"\n{self.note}" if self.note else ""
+        return f"invalid dualsched config in {self.source} ({count} problem{'s' if count != 1 else ''}){pending}:\n{lines}{note}"
+
+
+class _Hidden:
+    def __repr__(self) -> str:
+        return SHOWN_SECRET
+
+
+HIDDEN = _Hidden()
+"""A problem's value when it is, or may be, a secret: shown as ``[secret]``."""
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:/-]{1,64}", re.ASCII)
@@ -57,14 +80,18 @@ def _path(location: tuple[Any, ...]) -> str:
     return path or "(top level)"
 
 
+def _fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields by every key they may be written as: camelCase, and the snake_case name."""
+    return {key: field for name, field in model.model_fields.items() for key in (field.alias or name, name)}
+
+
 def _model_at(location: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model class that holds the key at ``location``, for 'did you mean' hints."""
     model: Any = StackConfig
     for part in location[:-1]:
         if isinstance(part, int):
             continue
-        fields = {f.alias or name: f for name, f in model.model_fields.items()}
-        field = fields.get(part)
+        field = _fields(model).get(part)
         if field is None:
             return None
         model = next(
@@ -81,6 +108,40 @@ def _type_args(annotation: Any) -> list[Any]:
     for arg in getattr(annotation, "__args__", ()):
         args.extend(_type_args(arg))
     return args
+
+
+def _field_at(location: tuple[Any, ...]) -> FieldInfo | None:
+    """The model field a value at ``location`` belongs to (an item of a list belongs to the list's field)."""
+    while location and isinstance(location[-1], int):
+        location = location[:-1]
+    model = _model_at(location) if location else None
+    return _fields(model).get(location[-1]) if model is not None else None
+
+
+def _is_secret_field(location: tuple[Any, ...]) -> bool:
+    field = _field_at(location)
+    return field is not None and SecretText in _type_args(field.annotation)
+
+
+def _is_unknown_key(location: tuple[Any, ...]) -> bool:
+    model = _model_at(location) if location else None
+    return model is not None and not isinstance(location[-1], int) and location[-1] not in _fields(model)
+
+
+def _secret_fields(model: type[BaseModel] = StackConfig, prefix: str = "") -> Iterable[str]:
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{field.alias or name}"
+        args = _type_args(field.annotation)
+        if SecretText in args:
+            yield path
+        listed = any(getattr(arg, "__origin__", None) is tuple for arg in args)
+        for arg in args:
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                yield from _secret_fields(arg, f"{path}[]." if listed else f"{path}.")
+
+
+SECRET_FIELDS = tuple(_secret_fields())
+"""The config paths that take a Pulumi secret, as the reference writes them."""
 
 
 def _unknown_key_message(location: tuple[Any, ...]) -> str:
@@ -102,7 +163,7 @@ def _problem_from_error(error: Mapping[str, Any]) -> Problem:
     if kind == "extra_forbidden":
         return Problem(_path(location), _unknown_key_message(location), error["input"])
     message = error["msg"].removeprefix("Value error, ")
-    return Problem(_path(location), message, error["input"])
+    return Problem(_path(location), message, HIDDEN if _is_secret_field(location) else error["input"])
 
 
 def _masked(error: Mapping[str, Any], errors: list[Any]) -> bool:
@@ -162,19 +223,107 @@ def _config_error(raw: Mapping[str, Any], error: ValidationError, source: str) -
     return ConfigError(problems, source, cross_field_checked=checked is not None)
 
 
-def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
-    """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError."""
+def _encrypted_locations(tree: Any) -> list[tuple[Any, ...]]:
+    """Where ``tree`` holds a ``secure:`` value, in document order (a loop: engine config may nest deep)."""
+    found, pending = [], [((), tree)]
+    while pending:
+        location, node = pending.pop()
+        if is_encrypted(node):
+            found.append(location)
+        elif isinstance(node, Mapping):
+            pending += reversed([(location + (key,), item) for key, item in node.items()])
+        elif isinstance(node, list):
+            pending += reversed([(location + (index,), item) for index, item in enumerate(node)])
+    return found
+
+
+def _misplaced_secrets(tree: Any) -> list[Problem]:
+    """A ``secure:`` value at a known key that is no secret field (an unknown key is reported as one)."""
+    message = (
+        f"is a Pulumi secret, but dualsched keeps only {', '.join(SECRET_FIELDS)} secret and would write this "
+        "value into manifests and the Pulumi state in plain text: set it without --secret, and a secret field "
+        "alone with `pulumi config set --secret --path`"
+    )
+    return [
+        Problem(_path(location), message, HIDDEN)
+        for location in _encrypted_locations(tree)
+        if not _is_secret_field(location) and not _is_unknown_key(location)
+    ]
+
+
+def _under(path: str, keys: Iterable[str]) -> bool:
+    return any(path == key or path.startswith((f"{key}.", f"{key}[")) for key in keys)
+
+
+def _hide_secrets(problems: list[Problem], secret_keys: Iterable[str]) -> list[Problem]:
+    """``problems`` with every value that is or may be a secret shown as [secret]."""
+    # A key the engine marks secret may be written either way, and every value under it may be secret.
+    hidden_keys = {_path((form,)) for key in secret_keys for form in (key, to_camel(key))}
+
+    def secret(problem: Problem) -> bool:
+        value = problem.value
+        return value is not MISSING and (
+            isinstance(value, SecretText) or is_encrypted(value) or _under(problem.path, hidden_keys)
+        )
+
+    return [Problem(p.path, p.message, HIDDEN) if secret(p) else p for p in problems]
+
+
+def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config", secret_keys: Iterable[str] = ()) -> StackConfig:
+    """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError.
+
+    ``secret_keys``: the keys (without the prefix) whose values are secrets, which no problem shows.
+    """
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("(top level)", "config must be a mapping of keys to values", raw)], source)
+    misplaced = _misplaced_secrets(raw)
+    if misplaced:
+        raise ConfigError(misplaced, source, cross_field_checked=False)
     try:
         return StackConfig.model_validate(dict(raw))
     except ValidationError as error:
-        raise _config_error(raw, error, source) from None
+        found = _config_error(raw, error, source)
+        raise ConfigError(_hide_secrets(found.problems, secret_keys), source, found.cross_field_checked) from None
 
 
-def _namespaced(config: Mapping[str, Any]) -> dict[str, Any]:
-    prefix = f"{NAMESPACE}:"
+def _namespaced(config: Mapping[str, Any], namespace: str = NAMESPACE) -> dict[str, Any]:
+    prefix = f"{namespace}:"
     return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+
+
+# Pulumi's config keys: '<namespace>:<name>', neither part holding ':'.
+_CONFIG_KEY = re.compile(r"[A-Za-z0-9_.-]{1,100}(:[A-Za-z0-9_.-]{1,100})?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """Where a stack's config holds the dualsched config: every key of a namespace, one top-level field
+    each (``dualsched``, this project's own: ``dualsched:pools``), or one key whose value is the whole
+    config (``myproj:cluster``, as a consumer's program reads it with
+    ``pulumi.Config("myproj").require_object("cluster")``)."""
+
+    namespace: str = NAMESPACE
+    key: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: str) -> ConfigKey:
+        """``<namespace>`` or ``<namespace>:<key>``; ValueError says what is wrong."""
+        if not _CONFIG_KEY.fullmatch(text):
+            raise ValueError("must be a config namespace or one key, '<namespace>' or '<namespace>:<key>' such as "
+                             "'myproj:cluster'")
+        namespace, _, key = text.partition(":")
+        return cls(namespace, key or None)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}:{self.key}" if self.key else self.namespace
+
+    def select(self, config: Mapping[str, Any], source: str) -> Any:
+        """The dualsched config out of a stack's whole config (``ns:key`` → value)."""
+        selected = _namespaced(config, self.namespace) if self.key is None else config.get(str(self), MISSING)
+        if selected is MISSING or (self.key is None and not selected):
+            what = "has no keys in the stack's config" if self.key is None else "is not set in the stack's config"
+            raise ConfigError([Problem(str(self), f"{what} (its keys: {', '.join(sorted(config)) or 'none'})", MISSING)], source)
+        return selected
 
 
 MAX_STACK_FILE_BYTES = 1 << 20
@@ -255,13 +404,66 @@ def read_stack_document(path: str | Path) -> Any:
     return document
 
 
-def load_stack_file(path: str | Path) -> StackConfig:
-    """Read a ``Pulumi.<stack>.yaml`` file (see read_stack_document) and validate it."""
-    path = Path(path)
-    document = read_stack_document(path) or {}
+def _environments(document: Any) -> list[str]:
+    """The ESC environments a stack file's ``environment:`` imports: a list of names, or a definition
+    with ``imports`` (an item is a name or ``{name: options}``) and maybe ``values`` of its own."""
+    value = document.get("environment") if isinstance(document, dict) else None
+    if isinstance(value, dict):
+        imports = value.get("imports") if isinstance(value.get("imports"), list) else []
+        names = [next(iter(item), "?") if isinstance(item, dict) else item for item in imports]
+        return [str(name) for name in names] + (["the stack's own environment values"] if value.get("values") else [])
+    return [str(name) for name in value] if isinstance(value, list) else []
+
+
+def environment_note(document: Any, path: Path) -> str:
+    """What an offline tool does with a stack whose config may also come from ESC environments; empty without any."""
+    environments = _environments(document)
+    if not environments:
+        return ""
+    return (
+        f"note: {path.name} imports ESC environments ({', '.join(environments)}). Offline tools read only its "
+        "'config:'; the Pulumi CLI merges the environments' pulumiConfig into it (stack values win), so a value "
+        "set only in an environment is missing here. `pulumi preview` opens them; `pulumi config` lists the merged config."
+    )
+
+
+def _document_config(document: Any, path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a parsed stack file, every namespace's keys."""
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError([Problem("config", "a stack file holds a 'config' mapping", document)], str(path))
-    return parse_stack_config(_namespaced(document.get("config") or {}), str(path))
+    return document.get("config") or {}
+
+
+def _stack_config(document: Any, path: Path, key: ConfigKey = ConfigKey()) -> Any:
+    """The dualsched config of a parsed stack file, at ``key``: the ``dualsched:`` keys without the prefix by default."""
+    return key.select(_document_config(document, path), str(path))
+
+
+def engine_settings(document: Any, path: Path) -> tuple[dict[str, str], list[str]]:
+    """A parsed stack file's whole config as the engine hands it to a program (``pulumi.Config``): each value
+    as text, a structured one as JSON; and the keys that hold a secret. Offline a ``secure:`` value stays
+    encrypted: the program gets its envelope, which a dualsched secret field takes as a placeholder."""
+    config = _document_config(document, path)
+    values = {key: value if isinstance(value, str) else json.dumps(value, default=str) for key, value in config.items()}
+    return values, [key for key, value in config.items() if _encrypted_locations(value)]
+
+
+def load_stack_file(path: str | Path, key: ConfigKey = ConfigKey()) -> StackConfig:
+    """Read a ``Pulumi.<stack>.yaml`` file (see read_stack_document) and validate the config at ``key``.
+
+    A ``secure:`` value of a secret field stays encrypted (only the Pulumi CLI can decrypt it):
+    it validates as a placeholder. Values from ESC environments are not read (see environment_note).
+    """
+    path = Path(path)
+    document = read_stack_document(path) or {}
+    source = str(path) if key == ConfigKey() else f"{path}, key {key}"
+    try:
+        return parse_stack_config(_stack_config(document, path, key), source)
+    except ConfigError as error:
+        note = environment_note(document, path)
+        if not note:
+            raise
+        raise ConfigError(error.problems, error.source, error.cross_field_checked, note) from None
 
 
 def _decode(value: Any) -> Any:
@@ -274,17 +476,59 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _engine_secret_keys(keys: Iterable[str]) -> set[str]:
+    """The ``dualsched:`` keys (without the prefix) the engine marks secret. A secret anywhere inside
+    a structured key (``pulumi config set --secret --path``, or an ESC ``fn::secret``) marks the whole key."""
+    from pulumi.runtime import config as runtime_config
+
+    # The language host passes the list to set_all_config; PULUMI_CONFIG_SECRET_KEYS is its source.
+    listed = set(runtime_config.get_config_secret_keys_env())
+    return set(_namespaced({key: None for key in keys if runtime_config.is_config_secret(key) or key in listed}))
+
+
+def _holds_secret(value: Any) -> bool:
+    if isinstance(value, SecretText):
+        return True
+    if isinstance(value, BaseModel):
+        return any(_holds_secret(getattr(value, name)) for name in type(value).model_fields)
+    if isinstance(value, (tuple, list)):
+        return any(map(_holds_secret, value))
+    return isinstance(value, dict) and any(map(_holds_secret, value.values()))
+
+
+def _plain_secret_keys(config: StackConfig, secret_keys: Iterable[str]) -> list[str]:
+    """Keys marked secret that hold no secret field: their values reach manifests in plain text."""
+    names = {key: name for name, field in StackConfig.model_fields.items() for key in (field.alias or name, name)}
+    return [key for key in sorted(secret_keys) if key in names and not _holds_secret(getattr(config, names[key]))]
+
+
 def load_pulumi_config() -> StackConfig:
-    """Validate the running stack's config (inside ``pulumi up`` / ``preview``)."""
+    """Validate the running stack's config (inside ``pulumi up`` / ``preview``).
+
+    The engine hands every value over decrypted; the keys it marks secret are shown as [secret]
+    in problems, and a secret field's value reaches Kubernetes only through pulumi.Output.secret.
+    """
     import pulumi
     from pulumi.runtime import config as runtime_config
 
+    source = f"stack '{pulumi.get_stack()}'"
     # The engine parsed the stack file with Go's yaml.v3, which refuses duplicate keys and heavy
     # aliasing but allows some aliases and 10000 levels of nesting: when the file is here (the
     # program runs in the project directory), hold it to the offline render's rules too.
     stack_file = Path(f"Pulumi.{pulumi.get_stack()}.yaml")
     if stack_file.is_file():
-        read_stack_document(stack_file)
+        document = read_stack_document(stack_file)
+        # Only the file tells which values were encrypted: the engine hands them over decrypted.
+        misplaced = _misplaced_secrets(_stack_config(document, stack_file))
+        if misplaced:
+            raise ConfigError(misplaced, source, cross_field_checked=False)
     settings = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    secret_keys = _engine_secret_keys(settings)
     raw = {key: _decode(value) for key, value in _namespaced(settings).items()}
-    return parse_stack_config(raw, f"stack '{pulumi.get_stack()}'")
+    config = parse_stack_config(raw, source, secret_keys)
+    for key in _plain_secret_keys(config, secret_keys):
+        pulumi.log.warn(
+            f"{NAMESPACE}:{key} is a secret in the stack config, but dualsched keeps only {', '.join(SECRET_FIELDS)} "
+            "secret: its values are written into manifests and the Pulumi state in plain text"
+        )
+    return config

@@ -10,11 +10,12 @@ Models are frozen: once validated, a config is never changed downstream.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Annotated, Any, Mapping, Optional
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from config.quantities import parse_quantity
@@ -37,9 +38,9 @@ from config.types import (
     PosixName,
     Quantity,
     RelativePath,
-    SingleLine,
     SlurmTime,
     SqlName,
+    StoragePassword,
     TimeOfDay,
 )
 
@@ -50,7 +51,11 @@ bounds the work and the length of the error message for a list pasted by mistake
 
 
 class Model(BaseModel):
-    """Base for every config model: camelCase keys, unknown keys rejected, immutable."""
+    """Base for every config model: camelCase keys, unknown keys rejected, immutable.
+
+    pydantic's own messages (a model built directly, not through config.loader) quote no input,
+    since one may be a secret; the loader's messages quote every value but a secret.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -58,6 +63,7 @@ class Model(BaseModel):
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
+        hide_input_in_errors=True,
     )
 
 
@@ -101,12 +107,17 @@ class DatabaseMode(str, Enum):
     IN_CLUSTER = "in-cluster"
     """A MariaDB StatefulSet with its own claim, in the Slurm namespace (dev)."""
     EXTERNAL = "external"
-    """An existing MySQL/MariaDB host; its password comes from an existing Secret (prod)."""
+    """An existing MySQL/MariaDB host; its password is a Pulumi secret or comes from an existing Secret (prod)."""
 
 
 class StorageType(str, Enum):
     NFS = "nfs"
     LUSTRE = "lustre"
+    """Lustre, mounted by HPE's lustre-csi-driver."""
+    GPFS = "gpfs"
+    """IBM Storage Scale (GPFS), mounted by IBM's CSI driver."""
+    BEEGFS = "beegfs"
+    """BeeGFS, mounted by the BeeGFS CSI driver."""
     HOST_PATH = "hostPath"
     """A directory on the node itself: single-node test clusters only, nothing is shared between nodes."""
 
@@ -386,8 +397,12 @@ class ExternalDatabase(Model):
     """StorageUser."""
     name: SqlName = "slurm_acct_db"
     """StorageLoc (database name)."""
+    password: Optional[StoragePassword] = None
+    """The password, as a Pulumi secret: `pulumi config set --secret --path
+    'dualsched:slurm.accounting.database.external.password'`. dualsched keeps it in a Secret of its own
+    and shows it nowhere else. Give this or passwordSecret."""
     password_secret: Optional[SecretKeyRef] = None
-    """Existing Secret in the Slurm namespace holding the password."""
+    """Existing Secret in the Slurm namespace holding the password. Give this or password."""
 
 
 class InClusterDatabase(Model):
@@ -480,13 +495,132 @@ class NfsStorage(Model):
     """Exported path."""
 
 
+# A Lustre NID, '<address>@<network>': an IPv4 address or host name (tcp, o2ib) or a number (gni, kfi),
+# then the network: its type and optional number ('tcp', 'o2ib', 'o2ib1'). A mount source separates NIDs
+# with ',', MGS nodes with ':' and the file system with ':/', so no NID may hold any of them.
+_LUSTRE_NID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?@[a-z][a-z0-9]{0,15}", re.ASCII)
+# lustre_is_fsname_valid() with LUSTRE_MAXFSNAME (lustre/include/uapi/linux/lustre/lustre_param.h).
+_LUSTRE_FS_NAME = re.compile(r"[A-Za-z0-9_-]{1,8}", re.ASCII)
+# One option: the driver joins them with ',' for mount(8).
+_MOUNT_OPTION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_=.:/+-]{0,254}", re.ASCII)
+# As the Storage Scale REST API reports a file system's uuid: two 32-bit words in hex.
+_GPFS_UUID = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}", re.ASCII)
+
+
+def _refuse_unless(pattern: re.Pattern[str], message: str, max_length: int) -> AfterValidator:
+    def check(value: str) -> str:
+        if len(value) > max_length or not pattern.fullmatch(value):
+            raise ValueError(message)
+        return value
+
+    return AfterValidator(check)
+
+
+def _not_read_only_switch(value: str) -> str:
+    if value in ("ro", "rw"):
+        raise ValueError("read-only is set per consumer (Slurm's volume is read-write, inference's read-only)")
+    return value
+
+
+def _without_port_or_ipv6(value: str) -> str:
+    if ":" in value:
+        raise ValueError("must be a host name or an IPv4 address, without a port: it becomes the host of a beegfs:// URL")
+    return value
+
+
+LustreNid = Annotated[
+    str,
+    _refuse_unless(_LUSTRE_NID, "must be one Lustre NID '<address>@<network>' such as '10.0.0.5@tcp' or "
+                   "'10.20.0.10@o2ib1' (list a node's NIDs as separate items)", 270),
+]
+LustreFsName = Annotated[
+    str, _refuse_unless(_LUSTRE_FS_NAME, "must be a Lustre file system name: 1 to 8 letters, digits, '_' or '-'", 8)
+]
+LustreMountOption = Annotated[
+    str,
+    _refuse_unless(_MOUNT_OPTION, "must be one mount option such as 'flock' or 'network=o2ib1', without ',' or spaces", 255),
+    AfterValidator(_not_read_only_switch),
+]
+GpfsUuid = Annotated[
+    str, _refuse_unless(_GPFS_UUID, "must be the file system's UUID, two 8-digit hex words such as '09762E69:5D36FE8D'", 17)
+]
+BeegfsHost = Annotated[HostName, AfterValidator(_without_port_or_ipv6)]
+
+
+class LustreMgsNode(Model):
+    """A node the Lustre management service (MGS) runs on."""
+
+    nids: tuple[LustreNid, ...] = Field(min_length=1, max_length=16)
+    """The node's NIDs, one per network it is reached on, e.g. [10.20.0.10@o2ib]."""
+
+
 class LustreStorage(Model):
-    driver: CsiDriverName = "lustre.csi.hpe.com"
+    """Lustre, mounted by HPE's lustre-csi-driver: its NodePublishVolume mounts the volumeHandle as the
+    mount source, with the PV's fsType and mountOptions; it reads no volumeAttributes."""
+
+    driver: CsiDriverName = "lustre-csi.hpe.com"
+    """CSI driver name (the one HPE's driver registers unless started with --drivername)."""
+    mgs_nodes: Optional[tuple[LustreMgsNode, ...]] = Field(None, min_length=1, max_length=8)
+    """Nodes the MGS runs on, tried in order: one, or the two of an HA failover pair."""
+    fs_name: Optional[LustreFsName] = None
+    """File system name (mkfs.lustre --fsname)."""
+    subdirectory: Optional[RelativePath] = None
+    """Directory in the file system to share instead of its root (a Lustre subdirectory mount); it must exist."""
+    mount_options: tuple[LustreMountOption, ...] = Field((), max_length=32)
+    """Lustre client mount options (the PVs' mountOptions), e.g. [flock]."""
+
+    @property
+    def volume_handle(self) -> str:
+        """The mount source as mount.lustre(8) takes it: '<mgsnode>[:<mgsnode>]:/<fsname>[/<subdir>]',
+        each mgsnode '<nid>[,<nid>]'."""
+        mgs = ":".join(",".join(node.nids) for node in self.mgs_nodes)
+        return f"{mgs}:/" + "/".join(part for part in (self.fs_name, self.subdirectory) if part)
+
+
+class GpfsStorage(Model):
+    """IBM Storage Scale (GPFS), mounted by IBM's CSI driver: a directory of a file system the nodes
+    already mount, bind-mounted into the pods."""
+
+    driver: CsiDriverName = "spectrumscale.csi.ibm.com"
     """CSI driver name."""
-    volume_handle: Optional[SingleLine] = None
-    """CSI volumeHandle of the file system."""
-    volume_attributes: dict[SingleLine, SingleLine] = Field(default_factory=dict, max_length=64)
-    """CSI volumeAttributes (e.g. mgsAddress, fsName)."""
+    cluster_id: Optional[int] = Field(None, ge=1, le=2**64 - 1)
+    """ID of the Storage Scale cluster that owns the file system (clusterSummary.clusterId of the REST
+    API's /scalemgmt/v2/cluster)."""
+    filesystem_uuid: Optional[GpfsUuid] = None
+    """The file system's UUID, e.g. 09762E69:5D36FE8D (uuid of /scalemgmt/v2/filesystems/<name>)."""
+    path: Optional[AbsolutePath] = None
+    """The directory as the nodes see it, under the file system's mount point (e.g. /ibm/fs1/dualsched)."""
+
+    @field_validator("path")
+    @classmethod
+    def _inside_a_file_system(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not value.strip("/"):
+            raise ValueError("must be a directory under the file system's mount point, not '/'")
+        return value
+
+    @property
+    def volume_handle(self) -> str:
+        """The static volume handle of CSI 2.5.0 and later, '<storage class type>;<volume type>;<cluster id>;
+        <file system uuid>;<consistency group>;<fileset>;<path>': classic (0), directory-based (0), with no
+        consistency group or fileset. AbsolutePath holds no ';'."""
+        return f"0;0;{self.cluster_id};{self.filesystem_uuid};;;{self.path}"
+
+
+class BeegfsStorage(Model):
+    """BeeGFS, mounted by the BeeGFS CSI driver: a directory already on the file system."""
+
+    driver: CsiDriverName = "beegfs.csi.netapp.com"
+    """CSI driver name."""
+    sys_mgmtd_host: Optional[BeegfsHost] = None
+    """The management service's host, written exactly as this file system's entry in the driver's
+    config and connAuth files names it (the driver matches the text)."""
+    path: Optional[AbsolutePath] = None
+    """Directory within the file system ('/' for all of it); it must exist: the driver creates none."""
+
+    @property
+    def volume_handle(self) -> str:
+        """'beegfs://<sysMgmtdHost><path>', the URL the driver parses (AbsolutePath needs no escaping)."""
+        return f"beegfs://{self.sys_mgmtd_host}{self.path}"
 
 
 class HostPathStorage(Model):
@@ -498,13 +632,18 @@ class SharedStorage(Model):
     """The file system both schedulers share: training writes checkpoints, serving reads them."""
 
     type: StorageType = StorageType.NFS
-    """nfs, lustre, or hostPath (one-node test clusters)."""
+    """nfs, lustre, gpfs (IBM Storage Scale), beegfs, or hostPath (one-node test clusters); that type's
+    settings below are required, the others ignored."""
     capacity: Quantity = "1Ti"
     """Capacity declared on the PersistentVolumes."""
     nfs: Optional[NfsStorage] = None
     """NFS settings (type nfs)."""
     lustre: Optional[LustreStorage] = None
     """Lustre settings (type lustre)."""
+    gpfs: Optional[GpfsStorage] = None
+    """IBM Storage Scale settings (type gpfs)."""
+    beegfs: Optional[BeegfsStorage] = None
+    """BeeGFS settings (type beegfs)."""
     host_path: Optional[HostPathStorage] = None
     """hostPath settings (type hostPath)."""
     models_path: RelativePath = "models"
@@ -578,7 +717,8 @@ class Submission(Model):
     """sbatch from Kubernetes Jobs, authenticated with short-lived Slurm tokens instead of the munge key."""
 
     enabled: bool = True
-    """Create the submission namespace, its client config and the token minter."""
+    """Create the submission namespace, its client config and the token minter (a stack without a
+    slurm section has nothing to submit to: there it defaults to false)."""
     namespace: Namespace = "slurm-jobs"
     """Namespace where Kubernetes Jobs submit to Slurm. Anyone who may create pods there may use
     every ServiceAccount below, so it is one trust boundary: give teams their own stacks or namespaces."""
@@ -626,18 +766,27 @@ class StackConfig(Model):
     """Label and taint keys."""
     images: Images = Images()
     """Container images."""
-    slurm: Slurm
-    """The Slurm cluster."""
+    slurm: Optional[Slurm] = None
+    """The Slurm cluster. Leave it out for an inference-only stack (its pools are then all mode kubernetes)."""
     pools: tuple[NodePool, ...] = Field(min_length=1, max_length=MAX_ITEMS)
     """GPU node pools."""
     storage: SharedStorage
     """The shared file system."""
-    network: Network
-    """Node and API server addresses for the NetworkPolicies."""
-    inference: Inference = Inference()
-    """Inference serving."""
+    network: Optional[Network] = None
+    """Node and API server addresses for the Slurm namespace's NetworkPolicies; required with slurm."""
+    inference: Optional[Inference] = None
+    """Inference serving. Leave it out for a Slurm-only stack."""
     submission: Submission = Submission()
-    """Job submission from Kubernetes."""
+    """Job submission from Kubernetes to Slurm: on by default with a slurm section, off without one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nothing_to_submit_to_without_slurm(cls, data: Any) -> Any:
+        # Submission defaults to on, for Slurm; a stack without Slurm gets no submission
+        # namespace, rather than a section it never asked for that nothing builds.
+        if isinstance(data, Mapping) and data.get("slurm") is None and "submission" not in data:
+            return {**data, "submission": {"enabled": False}}
+        return data
 
     @model_validator(mode="after")
     def _passes_the_cross_field_checks(self) -> StackConfig:
@@ -675,6 +824,16 @@ class StackConfig(Model):
     def window_taint(self) -> Taint:
         """The taint a time-shared pool's nodes carry while their inference window is closed."""
         return Taint(key=self.placement.window_taint_key, value="closed", effect=TaintEffect.NO_EXECUTE)
+
+    @property
+    def window_taints(self) -> tuple[Taint, ...]:
+        """The closed-window taint if any pool has an inference window, else none."""
+        return (self.window_taint,) if any(pool.inference_window for pool in self.pools) else ()
+
+    @property
+    def serves_models(self) -> bool:
+        """Whether the stack deploys model servers (and so the inference namespace)."""
+        return self.inference is not None and self.inference.enabled and bool(self.inference.models)
 
     @property
     def slurm_pools(self) -> tuple[NodePool, ...]:

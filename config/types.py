@@ -21,9 +21,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from decimal import Decimal
-from typing import Annotated, Callable
+from typing import Annotated, Any, Callable, Mapping
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from config.quantities import parse_quantity
 
@@ -85,10 +86,13 @@ _SQL_NAME = _pattern(r"[A-Za-z0-9_$]{1,64}")
 _POSIX_NAME = _pattern(r"[a-z_][a-z0-9_-]{0,31}")
 
 # Free text that must stay one printable ASCII word (CSI handles and attributes).
-_SINGLE_LINE = _pattern(r"[!-~]+")
 
 # A key of a Secret or ConfigMap (Kubernetes IsConfigMapKey).
 _SECRET_KEY = _pattern(r"[-._A-Za-z0-9]+")
+
+# A password slurmdbd reads from slurmdbd.conf (StoragePass=...): printable ASCII that Slurm's
+# parser takes as it is, so no whitespace, '#' (a comment), '\\' (an escape) or '"' (a quoted value).
+_STORAGE_PASS = _pattern(r'[!$-\[\]-~]+')
 
 # A Slurm hostlist expression of Kubernetes node names: 'gpu-[001-064],cpu-1'.
 _HOSTLIST = _pattern(r"[-a-z0-9.,\[\]]+")
@@ -233,10 +237,7 @@ PosixName = Annotated[
 SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters", 64)]
 DnsSubdomain = Annotated[str, _valid(is_dns_subdomain, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
 CsiDriverName = Annotated[
-    str, _valid(is_dns_subdomain, "must be a CSI driver name such as 'lustre.csi.hpe.com' (at most 63 characters)", 63)
-]
-SingleLine = Annotated[
-    str, _matching(_SINGLE_LINE, "must be one word of printable ASCII, without spaces or line breaks", 1024)
+    str, _valid(is_dns_subdomain, "must be a CSI driver name such as 'lustre-csi.hpe.com' (at most 63 characters)", 63)
 ]
 SecretKey = Annotated[
     str,
@@ -258,3 +259,86 @@ def image_is_pinned(reference: str) -> bool:
         return False
     tag = match.group("tag")
     return bool(match.group("digest")) or (tag is not None and tag != "latest")
+
+
+# ------------------------------------------------------------------------- secrets
+
+SHOWN_SECRET = "[secret]"
+"""How every secret of the config is shown: in repr, str, dumps and error messages."""
+ENCRYPTED_PLACEHOLDER = "[encrypted in the stack file: pulumi up decrypts it]"
+"""What the offline tools use in place of a ``secure:`` value they cannot decrypt."""
+
+
+def is_encrypted(value: Any) -> bool:
+    """A stack file's encrypted value as YAML reads it: ``{secure: v1:...}`` (``pulumi config set --secret``)."""
+    return isinstance(value, Mapping) and list(value) == ["secure"] and isinstance(value["secure"], str)
+
+
+class SecretText:
+    """Secret text from the stack config: ``[secret]`` in every repr, str, dump and error.
+
+    ``reveal()`` is the only way to the text, for ``pulumi.Output.secret`` and a Kubernetes Secret.
+    Accepts plain text (what the engine hands the program, secret or not) and, for the offline tools,
+    an encrypted ``{secure: ...}`` value, which only the Pulumi CLI can decrypt: it becomes
+    ``encrypted``, with ENCRYPTED_PLACEHOLDER as its text, so nothing ever shows the ciphertext.
+    """
+
+    __slots__ = ("_text", "encrypted")
+
+    def __init__(self, text: str, encrypted: bool = False):
+        self._text = text
+        self.encrypted = encrypted
+
+    def reveal(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return SHOWN_SECRET
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretText) and (self._text, self.encrypted) == (other._text, other.encrypted)
+
+    def __hash__(self) -> int:
+        return hash((SecretText, self._text, self.encrypted))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate, serialization=core_schema.plain_serializer_function_ser_schema(repr)
+        )
+
+    @classmethod
+    def _validate(cls, value: Any) -> SecretText:
+        # No message quotes the value; the loader shows it as [secret] too (config.loader).
+        if isinstance(value, SecretText):
+            return value
+        if is_encrypted(value):
+            return cls(ENCRYPTED_PLACEHOLDER, encrypted=True)
+        if not isinstance(value, str):
+            raise ValueError("must be text (quote it in YAML)")
+        return cls(value)
+
+
+def _secret_matching(pattern: re.Pattern[str], message: str, max_length: int) -> AfterValidator:
+    """Like _matching, for a secret's text; an encrypted value is checked once the engine decrypts it."""
+
+    def check(secret: SecretText) -> SecretText:
+        text = secret.reveal()
+        if not secret.encrypted and (len(text) > max_length or not pattern.fullmatch(text)):
+            raise ValueError(message)
+        return secret
+
+    return AfterValidator(check)
+
+
+StoragePassword = Annotated[
+    SecretText,
+    _secret_matching(
+        _STORAGE_PASS,
+        "must be 1 to 256 characters of printable ASCII without spaces, '#', '\\' or '\"'"
+        " (slurmdbd.conf would read them as a comment, an escape or a quote)",
+        256,
+    ),
+]

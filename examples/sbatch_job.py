@@ -8,12 +8,15 @@ the files it writes on the shared file system. The Kubernetes Job succeeds when 
 completes.
 
 A stack without identities cannot submit: say which ServiceAccount may act as which user.
+
+    python -m components.render --stack dev --program examples.sbatch_job:program --out build/sbatch
 """
 
 import pulumi_kubernetes as k8s
 
 from components.cluster import DualScheduledCluster
 from components.common import child, meta
+from components.program import build
 from config import StackConfig
 from config.models import SubmissionIdentity
 
@@ -39,6 +42,8 @@ def job_identity(config: StackConfig) -> SubmissionIdentity:
 
 def submit_training_job(cluster: DualScheduledCluster, config: StackConfig, name: str = "train-llm") -> k8s.batch.v1.Job:
     submission = cluster.submission
+    if submission is None:
+        raise ValueError("the stack deploys no job submission (submission.enabled is false)")
     return k8s.batch.v1.Job(
         name,
         metadata=meta(namespace=submission.namespace),
@@ -48,3 +53,8 @@ def submit_training_job(cluster: DualScheduledCluster, config: StackConfig, name
         ),
         opts=child(cluster),
     )
+
+
+def program(config: StackConfig) -> k8s.batch.v1.Job:
+    """dualsched's program for the stack, and the training Job."""
+    return submit_training_job(build(config), config)

@@ -155,3 +155,47 @@ def test_providers_pass_through_to_every_kubernetes_resource():
     assert kubernetes
     for registration in kubernetes:
         assert "pulumi:providers:kubernetes::target" in registration.provider, registration.name
+
+
+# ------------------------------------------------------------------------ partial builds
+
+
+def _inference_only(raw):
+    for key in ("slurm", "network", "submission"):
+        del raw[key]
+    raw["pools"][0] = {"name": "gpu", "nodes": "gpu-[001-002]", "mode": "kubernetes"}
+
+
+def test_an_inference_only_cluster_builds_no_slurm():
+    rendered = render_raw(variant("dev", _inference_only))
+    assert {r.type for r in rendered.components()} == {
+        CLUSTER,
+        "dualsched:storage:SharedStorageVolumes",
+        "dualsched:nodepools:GpuNodePool",
+        "dualsched:inference:InferenceNamespace",
+        "dualsched:inference:ModelServer",
+    }
+    assert not [r for r in rendered.resources if r.type.startswith("random:")]  # no lock, munge key, JWT key or password
+    assert {n.name for n in rendered.by_kind("Namespace")} == {"inference"}
+    assert rendered.render.slurm_files == {}
+    outputs = rendered.outputs_of(CLUSTER)
+    assert outputs["namespaces"] == {"inference": "inference"}
+    assert "controller_address" not in outputs and "slurm_conf_hash" not in outputs  # None: no value is registered
+    assert outputs["inference_endpoints"] == {"qwen-small": "http://qwen-small.inference.svc.cluster.local"}
+
+
+def test_inference_only_model_servers_wait_for_their_nodes_labels_alone():
+    rendered = render_raw(variant("dev", _inference_only))
+    patches = {r.urn for r in rendered.resources if r.type == "kubernetes:core/v1:NodePatch"}
+    [server] = rendered.components("dualsched:inference:ModelServer")
+    assert len(patches) == 2 and set(server.dependencies) == patches
+
+
+def test_a_slurm_only_cluster_builds_no_inference():
+    rendered = render_raw(variant("dev", lambda raw: raw.pop("inference")))
+    types = {r.type for r in rendered.components()}
+    assert not {"dualsched:inference:InferenceNamespace", "dualsched:inference:ModelServer"} & types
+    assert "dualsched:compute:ComputePool" in types and "dualsched:submission:JobSubmission" in types
+    assert {c.namespace for c in rendered.by_kind("PersistentVolumeClaim") if "shared" in c.name} == {"slurm"}
+    outputs = rendered.outputs_of(CLUSTER)
+    assert outputs["namespaces"] == {"slurm": "slurm", "jobs": "slurm-jobs"} and outputs["inference_endpoints"] == {}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from components.compute import job_shm_volume, slurmd_resources
+from components.compute import GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources
 from config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"
 SLURM_TAINT = {"key": "dualsched.io/slurm", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+WINDOW_TAINT = {"key": "dualsched.io/inference-window", "operator": "Equal", "value": "closed", "effect": "NoExecute"}
+"""Every slurmd tolerates the closed-window taint: a pool switching to time-shared keeps its running slurmd."""
 
 
 def _daemonsets(rendered) -> dict:
@@ -71,15 +75,15 @@ def test_selector_and_name_survive_pool_label_and_cluster_name_edits():
     assert daemonset.manifest["spec"]["template"]["metadata"]["labels"]["example.com/gpu-pool"] == "gpu"
 
 
-def test_dedicated_pools_tolerate_exactly_the_slurm_taint():
+def test_dedicated_pools_tolerate_exactly_the_slurm_taint_and_the_window():
     daemonsets = _daemonsets(render_stack("prod"))
     for pool in ("h100-a", "h100-b"):
-        assert pod_spec(daemonsets[pool])["tolerations"] == [SLURM_TAINT]
+        assert pod_spec(daemonsets[pool])["tolerations"] == [SLURM_TAINT, WINDOW_TAINT]
 
 
 @pytest.mark.parametrize(("stack", "pool"), [("dev", "gpu"), ("prod", "h100-shared")])
-def test_untainted_partitioned_pools_tolerate_nothing(stack, pool):
-    assert not pod_spec(_daemonsets(render_stack(stack))[pool]).get("tolerations")
+def test_untainted_partitioned_pools_tolerate_only_the_window(stack, pool):
+    assert pod_spec(_daemonsets(render_stack(stack))[pool])["tolerations"] == [WINDOW_TAINT]
 
 
 def test_custom_taints_are_tolerated_exactly():
@@ -89,7 +93,7 @@ def test_custom_taints_are_tolerated_exactly():
 
     daemonset = _daemonsets(render_raw(variant("dev", taint)))["gpu"]
     assert pod_spec(daemonset)["tolerations"] == [
-        {"key": "example.com/gpu-team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}
+        {"key": "example.com/gpu-team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}, WINDOW_TAINT
     ]
 
 
@@ -114,21 +118,48 @@ def test_dedicated_and_partitioned_slurmd_is_not_privileged(stack):
         }
 
 
-def test_on_cgroup_v2_slurmd_remounts_its_own_cgroup_writable_and_mounts_no_host_cgroups():
-    daemonset = _daemonsets(render_stack("dev"))["gpu"]
+@pytest.mark.parametrize("cgroups", ["v1", "v2"])
+def test_slurmd_makes_its_own_cgroup_writable_and_mounts_no_host_cgroups(cgroups):
+    """Slurm then nests job cgroups under the container's: they inherit its device and memory limits."""
+    daemonset = _daemonsets(render_raw(variant("dev", lambda raw: raw["slurm"].update(cgroupVersion=cgroups))))["gpu"]
     slurmd = container(daemonset, "slurmd")
     assert slurmd["command"][:2] == ["sh", "-c"]
-    assert slurmd["command"][2].startswith("mount -o remount,rw /sys/fs/cgroup && exec ")
+    assert "mount -o remount,bind,rw" in slurmd["command"][2] and slurmd["command"][2].endswith('&& exec "$@"')
     assert slurmd["command"][4:7] == ["slurmd", "-D", "-N"]
-    assert "/sys/fs/cgroup" not in mounts(slurmd)
+    assert not any(m["mountPath"].startswith("/sys") for m in slurmd["volumeMounts"])
+    assert not any("hostPath" in v for v in pod_spec(daemonset)["volumes"])
 
 
-def test_on_cgroup_v1_slurmd_writes_job_cgroups_on_the_hosts_tree():
-    daemonset = _daemonsets(render_raw(variant("dev", lambda raw: raw["slurm"].update(cgroupVersion="v1"))))["gpu"]
-    slurmd = container(daemonset, "slurmd")
-    assert slurmd["command"][:3] == ["slurmd", "-D", "-N"]
-    assert mounts(slurmd)["/sys/fs/cgroup"]["name"] == "cgroup"
-    assert volume(daemonset, "cgroup")["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
+def test_on_cgroup_v1_slurmd_first_adds_mknod_to_the_devices_its_cgroup_holds():
+    """Slurm asks `rwm` for a job's GPUs and a child cgroup gets no more than its parent."""
+    command = {
+        version: container(_daemonsets(render_raw(variant("dev", lambda raw: raw["slurm"].update(cgroupVersion=version))))["gpu"],
+                           "slurmd")["command"][2]
+        for version in ("v1", "v2")
+    }  # fmt: skip
+    assert GRANT_MKNOD_ON_HELD_DEVICES in command["v1"] and command["v1"].index("remount") < command["v1"].index("devices.allow")
+    assert "devices.allow" not in command["v2"]
+
+
+def test_the_mknod_grant_writes_one_rule_per_held_device(tmp_path):
+    """Run as sh runs it, against a devices.list; each write to devices.allow is also logged, as the
+    kernel takes one rule per write."""
+    (tmp_path / "devices.list").write_text("b *:* m\nc *:* m\nc 1:3 rwm\nc 136:* rwm\nc 195:2 rw\nc 195:3 rw\n")
+    log = tmp_path / "writes"
+    record_each_write = f'echo() {{ printf "%s\\n" "$*" | tee -a {log}; }}; '
+    script = record_each_write + GRANT_MKNOD_ON_HELD_DEVICES.replace(V1_DEVICES, str(tmp_path))
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text() == "c 195:2 rwm\nc 195:3 rwm\n"
+    assert (tmp_path / "devices.allow").read_text() == "c 195:3 rwm\n"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_up_does_not_wait_for_slurmd_pods_that_only_a_person_replaces(stack):
+    """Under OnDelete, pulumi-kubernetes' DaemonSet await would wait for every pod to be replaced."""
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        assert daemonset.manifest["spec"]["updateStrategy"] == {"type": "OnDelete"}
+        assert daemonset.manifest["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
 
 
 def _time_shared(raw):
@@ -144,9 +175,7 @@ def test_time_shared_slurmd_holds_no_gpu_sees_them_all_and_outlasts_the_closed_w
     assert slurmd["securityContext"] == {"privileged": True}
     assert "nvidia.com/gpu" not in slurmd["resources"]["limits"]
     assert slurmd["command"][:3] == ["slurmd", "-D", "-N"]
-    assert {"key": "dualsched.io/inference-window", "operator": "Equal", "value": "closed", "effect": "NoExecute"} in pod_spec(
-        daemonset
-    )["tolerations"]
+    assert WINDOW_TAINT in pod_spec(daemonset)["tolerations"]
 
 
 @pytest.mark.parametrize(("stack", "pool", "gpus"), [("dev", "gpu", "6"), ("prod", "h100-a", "8"), ("prod", "h100-b", "8"), ("prod", "h100-shared", "4")])

@@ -15,9 +15,10 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 from pydantic import BaseModel, ValidationError
 
-from config import ConfigError, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
+from config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
 from config.checks import Problem
 from config.models import PoolMode, Taint, TaintEffect
 from tests.conftest import ROOT, raw_stack, stack_file
@@ -190,11 +191,54 @@ def test_job_shm_may_take_all_the_job_memory(dev_raw):
     assert parse_stack_config(dev_raw).pool("gpu").job_shm_bytes == 64000 * 2**20
 
 
+def test_an_external_database_may_take_its_password_from_the_config(prod_raw):
+    external = prod_raw["slurm"]["accounting"]["database"]["external"]
+    del external["passwordSecret"]
+    external["password"] = "s3cret-Pass!$[]"
+    parsed = parse_stack_config(prod_raw).slurm.accounting.database.external
+    assert parsed.password.reveal() == "s3cret-Pass!$[]" and parsed.password_secret is None
+
+
 def test_kubernetes_pools_need_no_slurmd_memory(dev_raw):
     """memSpecLimitMb and jobShmSize only matter where slurmd runs."""
     dev_raw["pools"].append({"name": "serve", "nodes": "srv-[1-2]", "mode": "kubernetes", "realMemoryMb": 1000,
                              "memSpecLimitMb": 2000})
     parse_stack_config(dev_raw)
+
+
+def _inference_only(raw: dict[str, Any]) -> dict[str, Any]:
+    """The dev stack without Slurm: its pool given to Kubernetes whole."""
+    for key in ("slurm", "network", "submission"):
+        del raw[key]
+    raw["pools"][0] = {"name": "gpu", "nodes": "gpu-[001-002]", "mode": "kubernetes"}
+    return raw
+
+
+def test_a_slurm_only_stack_has_no_inference_section_and_submits_by_default(dev_raw):
+    del dev_raw["inference"]
+    config = parse_stack_config(dev_raw)
+    assert config.inference is None and not config.serves_models
+    assert config.submission.enabled
+
+
+def test_an_inference_only_stack_has_no_slurm_network_or_submission(dev_raw):
+    config = parse_stack_config(_inference_only(dev_raw))
+    assert config.slurm is None and config.network is None
+    assert config.submission.enabled is False and config.serves_models
+    assert config.slurm_pools == () and [pool.name for pool in config.inference_pools] == ["gpu"]
+
+
+def test_an_inference_only_stack_may_take_a_namespace_an_absent_section_would_default_to(dev_raw):
+    """No absent section's default (slurm.namespace 'slurm', submission's 'slurm-jobs') is held against it."""
+    raw = _inference_only(dev_raw)
+    raw["inference"]["namespace"] = "slurm-jobs"
+    assert parse_stack_config(raw).inference.namespace == "slurm-jobs"
+
+
+def test_a_slurm_only_stack_may_name_a_namespace_inference(dev_raw):
+    del dev_raw["inference"]
+    dev_raw["submission"]["namespace"] = "inference"
+    assert parse_stack_config(dev_raw).submission.namespace == "inference"
 
 
 # ------------------------------------------------------------------ invalid stacks
@@ -317,6 +361,15 @@ INVALID = [
     Invalid("external-database-without-password-secret", "prod",
             {"slurm.accounting.database.external.passwordSecret": DELETE},
             "slurm.accounting.database.external.passwordSecret", "Secret"),
+    Invalid("external-database-with-password-and-password-secret", "prod",
+            {"slurm.accounting.database.external.password": "s3cret-Pass"},
+            "slurm.accounting.database.external.password", "not both"),
+    Invalid("external-database-password-with-a-space", "prod",
+            {"slurm.accounting.database.external.passwordSecret": DELETE, "slurm.accounting.database.external.password": "two words"},
+            "slurm.accounting.database.external.password", "printable ASCII without spaces"),
+    Invalid("external-database-password-with-a-comment-sign", "prod",
+            {"slurm.accounting.database.external.passwordSecret": DELETE, "slurm.accounting.database.external.password": "pass#word"},
+            "slurm.accounting.database.external.password", "slurmdbd.conf would read them as a comment"),
     Invalid("database-port-out-of-range", "prod", {"slurm.accounting.database.external.port": 70000},
             "slurm.accounting.database.external.port"),
     # storage
@@ -324,8 +377,54 @@ INVALID = [
     Invalid("nfs-without-path", "dev", {"storage.nfs.path": DELETE}, "storage.nfs.path", "path"),
     Invalid("nfs-without-settings", "dev", {"storage.nfs": DELETE}, "storage.nfs.server"),
     Invalid("nfs-relative-path", "dev", {"storage.nfs.path": "export/shared"}, "storage.nfs.path", "absolute"),
-    Invalid("lustre-without-volume-handle", "prod", {"storage.lustre.volumeHandle": DELETE},
-            "storage.lustre.volumeHandle", "volumeHandle"),
+    Invalid("lustre-without-mgs-nodes", "prod", {"storage.lustre.mgsNodes": DELETE},
+            "storage.lustre.mgsNodes", "Lustre storage needs the NIDs of its MGS node(s)"),
+    Invalid("lustre-without-fs-name", "prod", {"storage.lustre.fsName": DELETE},
+            "storage.lustre.fsName", "Lustre storage needs the file system name"),
+    Invalid("lustre-without-settings", "prod", {"storage.lustre": DELETE}, "storage.lustre.mgsNodes", "needs"),
+    Invalid("lustre-empty-mgs-nodes", "prod", {"storage.lustre.mgsNodes": []}, "storage.lustre.mgsNodes"),
+    Invalid("lustre-nid-without-network", "prod", {"storage.lustre.mgsNodes[0].nids[0]": "10.20.0.10"},
+            "storage.lustre.mgsNodes[0].nids[0]", "Lustre NID"),
+    Invalid("lustre-nids-joined-in-one-item", "prod", {"storage.lustre.mgsNodes[0].nids[0]": "10.20.0.10@o2ib,10.20.0.11@o2ib"},
+            "storage.lustre.mgsNodes[0].nids[0]", "separate items"),
+    Invalid("lustre-nid-ipv6", "prod", {"storage.lustre.mgsNodes[0].nids[0]": "fd00::10@tcp"},
+            "storage.lustre.mgsNodes[0].nids[0]", "Lustre NID"),
+    Invalid("lustre-fs-name-over-8", "prod", {"storage.lustre.fsName": "scratch01"}, "storage.lustre.fsName", "1 to 8"),
+    Invalid("lustre-fs-name-with-slash", "prod", {"storage.lustre.fsName": "fs1/sub"}, "storage.lustre.fsName", "1 to 8"),
+    Invalid("lustre-subdirectory-escapes", "prod", {"storage.lustre.subdirectory": "../other"},
+            "storage.lustre.subdirectory", "without '.' or '..'"),
+    Invalid("lustre-read-only-mount-option", "prod", {"storage.lustre.mountOptions": ["flock", "ro"]},
+            "storage.lustre.mountOptions[1]", "per consumer"),
+    Invalid("lustre-mount-options-joined", "prod", {"storage.lustre.mountOptions": ["flock,user_xattr"]},
+            "storage.lustre.mountOptions[0]", "without ','"),
+    Invalid("lustre-old-volume-handle-key", "prod", {"storage.lustre.volumeHandle": "lustre-prod-fs1"},
+            "storage.lustre.volumeHandle", "unknown key"),
+    Invalid("gpfs-without-settings", "prod", {"storage.type": "gpfs"}, "storage.gpfs.clusterId",
+            "IBM Storage Scale storage needs the owning cluster's ID"),
+    Invalid("gpfs-without-uuid", "prod", {"storage.type": "gpfs", "storage.gpfs": {"clusterId": 7118073361626808055, "path": "/ibm/fs1"}},
+            "storage.gpfs.filesystemUuid", "needs the file system's UUID"),
+    Invalid("gpfs-cluster-id-not-a-number", "prod",
+            {"storage.type": "gpfs", "storage.gpfs": {"clusterId": "fs1-cluster", "filesystemUuid": "09762E69:5D36FE8D", "path": "/ibm/fs1"}},
+            "storage.gpfs.clusterId"),
+    Invalid("gpfs-uuid-not-two-hex-words", "prod",
+            {"storage.type": "gpfs", "storage.gpfs": {"clusterId": 1, "filesystemUuid": "09762E69-5D36FE8D", "path": "/ibm/fs1"}},
+            "storage.gpfs.filesystemUuid", "8-digit hex"),
+    Invalid("gpfs-path-is-root", "prod",
+            {"storage.type": "gpfs", "storage.gpfs": {"clusterId": 1, "filesystemUuid": "09762E69:5D36FE8D", "path": "/"}},
+            "storage.gpfs.path", "not '/'"),
+    Invalid("gpfs-path-relative", "prod",
+            {"storage.type": "gpfs", "storage.gpfs": {"clusterId": 1, "filesystemUuid": "09762E69:5D36FE8D", "path": "ibm/fs1"}},
+            "storage.gpfs.path", "absolute"),
+    Invalid("beegfs-without-settings", "prod", {"storage.type": "beegfs"}, "storage.beegfs.sysMgmtdHost",
+            "BeeGFS storage needs the management service's host"),
+    Invalid("beegfs-without-path", "prod", {"storage.type": "beegfs", "storage.beegfs": {"sysMgmtdHost": "mgmtd"}},
+            "storage.beegfs.path", "needs the directory to share"),
+    Invalid("beegfs-host-ipv6", "prod", {"storage.type": "beegfs", "storage.beegfs": {"sysMgmtdHost": "fd00::5", "path": "/"}},
+            "storage.beegfs.sysMgmtdHost", "beegfs:// URL"),
+    Invalid("beegfs-host-with-port", "prod", {"storage.type": "beegfs", "storage.beegfs": {"sysMgmtdHost": "mgmtd:8008", "path": "/"}},
+            "storage.beegfs.sysMgmtdHost"),
+    Invalid("beegfs-path-relative", "prod", {"storage.type": "beegfs", "storage.beegfs": {"sysMgmtdHost": "mgmtd", "path": "k8s/shared"}},
+            "storage.beegfs.path", "absolute"),
     Invalid("unknown-storage-type", "dev", {"storage.type": "ceph"}, "storage.type"),
     Invalid("host-path-without-path", "dev", {"storage.type": "hostPath"}, "storage.hostPath.path", "needs a path"),
     Invalid("host-path-with-empty-settings", "dev", {"storage.type": "hostPath", "storage.hostPath": {}},
@@ -333,9 +432,9 @@ INVALID = [
     Invalid("host-path-relative", "dev", {"storage.type": "hostPath", "storage.hostPath": {"path": "srv/shared"}},
             "storage.hostPath.path", "absolute"),
     Invalid("host-path-in-prod", "prod", {"storage.type": "hostPath", "storage.hostPath": {"path": "/srv/shared"}},
-            "storage.type", "prod needs nfs or lustre"),
+            "storage.type", "prod needs nfs, lustre, gpfs or beegfs"),
     # network (NetworkPolicy ipBlocks)
-    Invalid("missing-network", "dev", {"network": DELETE}, "network", "required key is missing"),
+    Invalid("missing-network", "dev", {"network": DELETE}, "network", "a stack with a slurm section needs the nodes' addresses"),
     Invalid("no-node-cidrs", "dev", {"network.nodeCidrs": []}, "network.nodeCidrs"),
     Invalid("node-cidr-without-prefix", "dev", {"network.nodeCidrs": ["10.0.0.1"]}, "network.nodeCidrs[0]", "IP network"),
     Invalid("node-cidr-host-bits-set", "dev", {"network.nodeCidrs": ["10.0.0.1/24"]}, "network.nodeCidrs[0]", "past the prefix"),
@@ -421,6 +520,18 @@ INVALID = [
             "inference.namespace", "must differ from slurm.namespace"),
     Invalid("submission-namespace-clashes-with-inference", "dev", {"submission.namespace": "inference"},
             "submission.namespace", "must differ from inference.namespace"),
+    # partial builds: a section left out builds nothing, and nothing may need it
+    Invalid("neither-slurm-nor-models", "dev", {"slurm": DELETE, "network": DELETE, "submission": DELETE, "inference": DELETE,
+                                                "pools[0]": {"name": "gpu", "nodes": "gpu-001", "mode": "kubernetes"}},
+            "slurm", "a stack builds Slurm, model servers or both"),
+    Invalid("no-slurm-but-a-slurmd-pool", "dev", {"slurm": DELETE, "submission": DELETE}, "pools[0].mode",
+            "runs slurmd, and the stack has no slurm section"),
+    Invalid("no-slurm-but-taints", "dev", {"slurm": DELETE, "submission": DELETE, "inference.tolerations": [{"key": "x.io/gpu"}],
+                                           "pools[0]": {"name": "gpu", "nodes": "gpu-001", "mode": "kubernetes",
+                                                        "taints": [{"key": "x.io/gpu"}]}},
+            "pools[0].taints", "an inference-only stack sets no node taints"),
+    Invalid("no-slurm-but-submission", "dev", {"slurm": DELETE, "pools[0]": {"name": "gpu", "nodes": "gpu-001", "mode": "kubernetes"}},
+            "submission.enabled", "Jobs submit to Slurm, and the stack has no slurm section"),
     Invalid("bad-kubernetes-version", "dev", {"kubernetesVersion": "v1.34"}, "kubernetesVersion", "minor version"),
     Invalid("kubernetes-version-with-patch", "dev", {"kubernetesVersion": "1.34.1"}, "kubernetesVersion"),
 ]
@@ -514,6 +625,34 @@ def test_offending_value_is_quoted_in_the_message(dev_raw):
     assert "(got '4GB')" in str(rejection(dev_raw))
 
 
+@pytest.mark.parametrize(
+    ("storage", "line"),
+    [
+        ({"type": "lustre", "lustre": {"mgsNodes": [{"nids": ["10.20.0.10"]}], "fsName": "fs1"}},
+         "storage.lustre.mgsNodes[0].nids[0]: must be one Lustre NID '<address>@<network>' such as '10.0.0.5@tcp' or "
+         "'10.20.0.10@o2ib1' (list a node's NIDs as separate items) (got '10.20.0.10')"),
+        ({"type": "lustre", "lustre": {"mgsNodes": [{"nids": ["10.20.0.10@o2ib"]}]}},
+         "storage.lustre.fsName: Lustre storage needs the file system name (got nothing)"),
+        ({"type": "gpfs", "gpfs": {"clusterId": 7118073361626808055, "filesystemUuid": "09762E69", "path": "/ibm/fs1"}},
+         "storage.gpfs.filesystemUuid: must be the file system's UUID, two 8-digit hex words such as '09762E69:5D36FE8D' "
+         "(got '09762E69')"),
+        ({"type": "beegfs", "beegfs": {"sysMgmtdHost": "fd00::5", "path": "/"}},
+         "storage.beegfs.sysMgmtdHost: must be a host name or an IPv4 address, without a port: it becomes the host of a "
+         "beegfs:// URL (got 'fd00::5')"),
+    ],
+    ids=["lustre-nid", "lustre-fs-name-missing", "gpfs-uuid", "beegfs-host"],
+)
+def test_a_bad_storage_handle_part_is_one_line_naming_its_path_problem_and_value(prod_raw, storage, line):
+    prod_raw["storage"] = {"capacity": "2Pi", **storage}
+    assert str(rejection(prod_raw)).splitlines()[1:] == [f"  {line}"]
+
+
+def test_settings_of_the_other_storage_types_are_ignored(prod_raw):
+    prod_raw["storage"].update(type="beegfs", beegfs={"sysMgmtdHost": "mgmtd.beegfs.internal", "path": "/dualsched"})
+    config = parse_stack_config(prod_raw)  # the lustre section stays, unused
+    assert config.storage.type.value == "beegfs" and config.storage.lustre is not None
+
+
 def test_problem_prints_path_message_and_value():
     assert str(Problem("pools[0].slurmGpus", "too many", 9)) == "pools[0].slurmGpus: too many (got 9)"
 
@@ -570,11 +709,109 @@ def test_stack_file_problems_name_the_file(tmp_path, dev_raw):
         load_stack_file(path)
 
 
+ESC_ENVIRONMENTS = {
+    "list": (["org/prod-base", "org/prod-db"], "org/prod-base, org/prod-db"),
+    "definition": ({"imports": ["org/prod-base", {"org/prod-db": {"merge": False}}], "values": {"pulumiConfig": {}}},
+                   "org/prod-base, org/prod-db, the stack's own environment values"),
+}
+
+
+@pytest.mark.parametrize("environment, names", ESC_ENVIRONMENTS.values(), ids=ESC_ENVIRONMENTS.keys())
+def test_an_offline_problem_of_a_stack_with_esc_environments_says_what_was_not_read(tmp_path, prod_raw, environment, names):
+    """The password may be in an environment the offline tools cannot open: the message says they did not."""
+    del prod_raw["slurm"]["accounting"]["database"]["external"]["passwordSecret"]
+    path = tmp_path / "Pulumi.esc.yaml"
+    document = {"config": {f"dualsched:{key}": value for key, value in prod_raw.items()}}
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path)
+    assert caught.value.note == "" and "ESC" not in str(caught.value)
+
+    path.write_text(yaml.safe_dump({"environment": environment, **document}))
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path)
+    message = str(caught.value)
+    assert "slurm.accounting.database.external.passwordSecret: an external database needs" in message
+    assert message.endswith(caught.value.note)
+    assert f"note: Pulumi.esc.yaml imports ESC environments ({names}). Offline tools read only its 'config:'" in message
+
+
+def test_the_render_of_a_stack_with_esc_environments_says_it_did_not_open_them(tmp_path, dev_raw, capsys):
+    from components import render
+
+    path = tmp_path / "Pulumi.esc.yaml"
+    path.write_text(yaml.safe_dump({"environment": ["org/dev-creds"],
+                                    "config": {f"dualsched:{key}": value for key, value in dev_raw.items()}}))
+    assert render.main(["--config", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert "note: Pulumi.esc.yaml imports ESC environments (org/dev-creds)." in capsys.readouterr().out
+
+
 def test_keys_of_other_namespaces_are_ignored(tmp_path):
     text = stack_file("dev").read_text() + "  kubernetes:context: kind-dev\n"
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(text)
     assert load_stack_file(path).slurm.cluster_name == "dev"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("dualsched", ConfigKey()),
+    ("gpu", ConfigKey("gpu")),
+    ("gpu:cluster", ConfigKey("gpu", "cluster")),
+    ("my-org.infra_1:cluster.v2", ConfigKey("my-org.infra_1", "cluster.v2")),
+])
+def test_config_keys_are_a_namespace_or_one_key(text, key):
+    assert ConfigKey.parse(text) == key and str(key) == text
+
+
+@pytest.mark.parametrize("text", ["", "a:b:c", "gpu:", ":cluster", "gpu cluster", "gpu/cluster"])
+def test_other_config_keys_are_refused(text):
+    with pytest.raises(ValueError, match="'<namespace>' or '<namespace>:<key>'"):
+        ConfigKey.parse(text)
+
+
+@pytest.mark.parametrize("key, config", [
+    ("gpu:cluster", lambda raw: {"gpu:cluster": raw}),
+    ("gpu", lambda raw: {f"gpu:{name}": value for name, value in raw.items()}),
+])
+def test_a_stack_file_is_read_at_its_config_key(key, config, tmp_path, dev_raw):
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": {**config(dev_raw), "dualsched:slurm": {}}}))
+    assert load_stack_file(path, ConfigKey.parse(key)) == load_stack_file(stack_file("dev"))
+
+
+def test_problems_at_a_config_key_name_the_file_and_the_key(tmp_path, dev_raw):
+    dev_raw["pools"][0]["cpus"] = 0
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": {"gpu:cluster": dev_raw}}))
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path, ConfigKey("gpu", "cluster"))
+    assert str(caught.value).startswith(f"invalid dualsched config in {path}, key gpu:cluster (1 problem)")
+    assert problem_line("pools[0].cpus").search(str(caught.value))
+
+
+def test_an_encrypted_value_under_a_config_key_stays_a_placeholder(tmp_path, prod_raw):
+    external = prod_raw["slurm"]["accounting"]["database"]["external"]
+    del external["passwordSecret"]
+    external["password"] = {"secure": "v1:c2VjcmV0"}
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": {"gpu:cluster": prod_raw}}))
+    assert load_stack_file(path, ConfigKey("gpu", "cluster")).slurm.accounting.database.external.password.encrypted
+
+
+def test_engine_settings_are_the_whole_config_as_text_with_its_secret_keys(tmp_path):
+    from config.loader import engine_settings, read_stack_document
+
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": {
+        "gpu:cluster": {"environment": "dev", "nested": {"secure": "v1:abc"}}, "gpu:replicas": 3, "gpu:on": True,
+        "gpu:name": "a", "gpu:kubeconfig": {"secure": "v1:def"},
+    }}))
+    values, secret_keys = engine_settings(read_stack_document(path), path)
+    assert values == {
+        "gpu:cluster": json.dumps({"environment": "dev", "nested": {"secure": "v1:abc"}}), "gpu:replicas": "3", "gpu:on": "true",
+        "gpu:name": "a", "gpu:kubeconfig": json.dumps({"secure": "v1:def"}),
+    }
+    assert sorted(secret_keys) == ["gpu:cluster", "gpu:kubeconfig"]
 
 
 # ------------------------------------------------------------- Pulumi engine config

@@ -117,13 +117,13 @@ def test_quantities_beyond_kubernetes_range_are_refused_without_a_hang():
         rejected_at(raw, "slurm.controller.stateStorage.size")
 
 
-def test_secret_key_and_csi_attributes_are_single_words():
+def test_secret_key_and_lustre_fs_name_are_single_words():
     raw = raw_stack("prod")
     raw["slurm"]["accounting"]["database"]["external"]["passwordSecret"]["key"] = "pass\nword"
     rejected_at(raw, "slurm.accounting.database.external.passwordSecret.key")
     raw = raw_stack("prod")
-    raw["storage"]["lustre"]["volumeAttributes"] = {"fsName": "lustre\x1b[2J"}
-    assert problems_of(raw)
+    raw["storage"]["lustre"]["fsName"] = "fs\x1b[2J"
+    rejected_at(raw, "storage.lustre.fsName")
 
 
 # ------------------------------------------------------------------------ linear time

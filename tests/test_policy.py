@@ -15,6 +15,7 @@ import copy
 import json
 import os
 import runpy
+import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from components.node_keeper import KEEPER, STATE_FILE
-from config import StackConfig, parse_stack_config
+from config import StackConfig, load_stack_file, parse_stack_config
 from policy import offline
 from policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
 from rendering import raw_stack
@@ -379,6 +380,54 @@ def test_pv_reclaim_policy_must_be_retain_in_prod(prod):
 def test_offline_check_of_the_stacks(capsys):
     assert offline.main(["--stack", "dev"]) == 0
     assert "every rule passes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--stack-file", "examples/Pulumi.slurm-only.yaml"],
+    ["--stack-file", "examples/Pulumi.inference-only.yaml"],
+    ["--stack-file", "examples/Pulumi.own-program.yaml", "--config-key", "training:cluster", "--program", "examples.own_program:main"],
+], ids=["slurm-only", "inference-only", "own-program"])
+def test_offline_check_of_the_examples_reads_their_key_and_runs_their_program(argv, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert offline.main(argv) == 0
+    assert "every rule passes" in capsys.readouterr().out
+
+
+def test_an_inference_only_stack_runs_no_slurmd_so_any_slurm_namespace_will_do():
+    config = load_stack_file(ROOT / "examples" / "Pulumi.inference-only.yaml")
+    assert config.slurm is None
+    assert offline.settings_for(config).slurm_namespace == Settings.slurm_namespace
+
+
+def test_the_offline_check_judges_the_programs_resources(tmp_path, monkeypatch, capsys):
+    """--program is what is checked: a program adding a privileged pod fails, where dualsched's passes."""
+    (tmp_path / "privileged_extra.py").write_text(
+        "import pulumi_kubernetes as k8s\nfrom components.program import build\n\n"
+        "def main(config):\n    build(config)\n"
+        "    k8s.core.v1.Pod('debug', metadata={'name': 'debug', 'namespace': 'inference'}, spec={'containers': [\n"
+        "        {'name': 'x', 'image': 'busybox:1.36', 'securityContext': {'privileged': True}}]})\n")
+    (tmp_path / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert offline.main(["--stack", "dev"]) == 0
+    assert offline.main(["--stack", "dev", "--program", "privileged_extra:main"]) == 1
+    assert "[privileged-only-slurmd] Pod inference/debug" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--stack", "nope"], "--stack: there is no Pulumi.nope.yaml in the working directory {cwd} (--stack-file PATH reads one "
+                          "elsewhere) (got 'nope')"),
+    (["--stack", "dev", "--program", "nope"], "--program: must be '<module>:<function>', e.g. 'infra.cluster:build' (got 'nope')"),
+    (["--stack", "dev", "--config-key", "gpu:cluster"],
+     "gpu:cluster: is not set in the stack's config (its keys: dualsched:environment, dualsched:inference, "
+     "dualsched:kubernetesVersion, dualsched:network, dualsched:pools, dualsched:slurm, dualsched:storage, "
+     "dualsched:submission) (got nothing)"),
+], ids=["no-such-stack", "bad-program", "no-such-key"])
+def test_offline_bad_input_is_exit_2(argv, line, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert offline.main(argv) == 2
+    err = capsys.readouterr().err
+    assert line.format(cwd=ROOT) in err.splitlines()[-1] and "Traceback" not in err
 
 
 # ------------------------------------------------------------------------------- pack

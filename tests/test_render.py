@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import pulumi
 import pytest
 import yaml
 
 from components import render as render_module
-from components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, main, write_render
+from components.program import build
+from components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, TransformsRefused, main, render_config, write_render
 from rendering import ROOT, raw_stack, render_stack
 
 SUMMARY_LINE = re.compile(r"^\s+([A-Za-z]+)\s+(\d+)$")
@@ -26,8 +29,8 @@ def captured(monkeypatch):
     renders = []
     original = render_module.render_config
 
-    def capture(config, stack="render"):
-        renders.append(original(config, stack))
+    def capture(*args, **kwargs):
+        renders.append(original(*args, **kwargs))
         return renders[-1]
 
     monkeypatch.setattr(render_module, "render_config", capture)
@@ -253,3 +256,257 @@ def test_cli_runs_as_a_module(tmp_path):
     result = _run("--stack", "dev", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert _summary(result.stdout)["total"] == len(render_stack("dev").objects)
+
+
+# ------------------------------------------------------ from a consumer's project: stack, key, program
+
+
+def _project(root: Path, config: dict, name: str = "consumer") -> Path:
+    """A consumer's Pulumi project: Pulumi.yaml and Pulumi.prod.yaml with ``config``."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "Pulumi.yaml").write_text(f"name: {name}\nruntime: python\n")
+    (root / "Pulumi.prod.yaml").write_text(yaml.safe_dump({"config": config}))
+    return root
+
+
+def _dualsched_keys(raw: dict) -> dict:
+    return {f"dualsched:{key}": value for key, value in raw.items()}
+
+
+def _texts(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST}
+
+
+def _problem_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if re.fullmatch(r"\s*\S+: .+ \(got .+\)", line)]
+
+
+@pytest.fixture
+def in_repository(monkeypatch):
+    """main() in the repository root; sys.path as it was afterwards (--program puts the working directory on it)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def test_stack_reads_the_working_directorys_stack_file_not_the_packages(tmp_path):
+    raw = raw_stack("dev")
+    raw["slurm"]["clusterName"] = "consumer"
+    project = _project(tmp_path / "project", _dualsched_keys(raw))
+    # dualsched importable from anywhere, as `pip install` makes it; the repository has a Pulumi.prod.yaml too
+    result = subprocess.run([sys.executable, "-m", "components.render", "--stack", "prod", "--out", "build"], cwd=project,
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert "ClusterName=consumer\n" in (project / "build" / "slurm-files" / "slurm.conf").read_text()
+
+
+def test_a_stack_missing_from_the_working_directory_is_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--stack", "dev", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert _problem_lines(err) == [f"--stack: there is no Pulumi.dev.yaml in the working directory {tmp_path} "
+                                   "(--stack-file PATH reads one elsewhere) (got 'dev')"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spelling", ["--stack-file", "--config"])
+def test_stack_file_and_its_older_name_read_any_path(spelling, tmp_path, in_repository):
+    assert main([spelling, "Pulumi.dev.yaml", "--out", str(tmp_path / "out")]) == 0
+    assert len(_yaml_files(tmp_path / "out")) == len(render_stack("dev").objects)
+
+
+@pytest.mark.parametrize("key, config", [
+    ("gpu:cluster", lambda raw: {"gpu:cluster": raw, "gpu:kubeconfig": "elsewhere"}),
+    ("gpu", lambda raw: {f"gpu:{key}": value for key, value in raw.items()}),
+], ids=["one key holding the config", "a namespace of its own"])
+def test_a_config_key_renders_the_config_stored_there(key, config, tmp_path, in_repository):
+    assert main(["--stack", "dev", "--out", str(tmp_path / "dev")]) == 0
+    project = _project(tmp_path / "project", {**config(raw_stack("dev")), "dualsched:slurm": {"clusterName": "ignored"}})
+    assert main(["--stack-file", str(project / "Pulumi.prod.yaml"), "--config-key", key, "--out", str(tmp_path / "keyed")]) == 0
+    assert _texts(tmp_path / "keyed") == _texts(tmp_path / "dev") != {}
+
+
+@pytest.mark.parametrize("key, line", [
+    ("a:b:c", "--config-key: must be a config namespace or one key, '<namespace>' or '<namespace>:<key>' such as "
+              "'myproj:cluster' (got 'a:b:c')"),
+    ("gpu:nope", "gpu:nope: is not set in the stack's config (its keys: gpu:cluster) (got nothing)"),
+    ("dualsched", "dualsched: has no keys in the stack's config (its keys: gpu:cluster) (got nothing)"),
+])
+def test_a_bad_config_key_is_exit_2_with_one_line(key, line, tmp_path, capsys):
+    project = _project(tmp_path / "project", {"gpu:cluster": raw_stack("dev")})
+    assert main(["--stack-file", str(project / "Pulumi.prod.yaml"), "--config-key", key, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert _problem_lines(err) == [line] and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def _module(project: Path, name: str, text: str) -> None:
+    (project / f"{name}.py").write_text(text)
+
+
+def test_the_readme_consumer_program_renders_from_its_project(tmp_path, monkeypatch, captured):
+    """The README's own program (infra.py): it reads gpu:cluster itself and passes its provider."""
+    [snippet] = re.findall(r"```python\n(# infra\.py.*?)```", (ROOT / "README.md").read_text(), re.S)
+    ciphertext = "v1:Zm9yIHRoZSBlbmdpbmUgb25seQ=="
+    project = _project(tmp_path / "project", {"gpu:cluster": raw_stack("dev"), "gpu:kubeconfig": {"secure": ciphertext}})
+    _module(project, "infra", snippet)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "infra:main", "--out", "build"]) == 0
+    [render] = captured
+    assert render.summary() == render_stack("dev").render.summary()
+    [provider] = [r for r in render.registrations if r.type == "pulumi:providers:kubernetes"]
+    kubernetes = [r for r in render.registrations if r.custom and r.type.startswith("kubernetes:")]
+    assert kubernetes and {r.provider.rsplit("::", 1)[0] for r in kubernetes} == {provider.urn}
+    assert not [p for p, text in _texts(project / "build").items() if ciphertext in text]
+
+
+def test_a_program_given_the_config_renders_what_it_builds(tmp_path, monkeypatch, captured):
+    project = _project(tmp_path / "project", _dualsched_keys(raw_stack("dev")))
+    _module(project, "given_config", "from components.cluster import DualScheduledCluster\n\n"
+                                     "def build(config):\n    DualScheduledCluster('mine', config)\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "given_config:build", "--out", "build"]) == 0
+    [render] = captured
+    assert render.summary() == render_stack("dev").render.summary()
+    assert render.slurm_files == render_stack("dev").slurm_files
+
+
+def test_pulumi_config_sees_the_stack_files_config_under_its_project_name(tmp_path, monkeypatch):
+    """A program that reads config itself needs no dualsched config at all."""
+    project = _project(tmp_path / "project", {"consumer:greeting": "hello", "consumer:sizes": [1, 2]}, name="consumer")
+    _module(project, "greeter", "import json\nimport pulumi\nimport pulumi_kubernetes as k8s\n\n"
+                                "def main():\n    config = pulumi.Config()\n"
+                                "    k8s.core.v1.ConfigMap('greeting', metadata={'name': 'greeting', 'namespace': 'apps'},\n"
+                                "        data={'greeting': config.require('greeting'), 'sizes': json.dumps(config.require_object('sizes'))})\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "greeter:main", "--out", "build"]) == 0
+    assert yaml.safe_load((project / "build" / "apps" / "configmap-greeting.yaml").read_text())["data"] == {
+        "greeting": "hello", "sizes": "[1, 2]"}
+    assert not (project / "build" / "slurm-files").exists()
+
+
+BAD_PROGRAMS = {
+    "no-function": ("greetings", None, "--program: must be '<module>:<function>', e.g. 'infra.cluster:build' (got 'greetings')"),
+    "no-module": ("no_such_module_here:main", None,
+                  "--program: cannot import no_such_module_here: ModuleNotFoundError: No module named 'no_such_module_here' "
+                  "(got 'no_such_module_here:main')"),
+    "missing-function": ("bad_missing:main", "def other():\n    pass\n",
+                         "--program: module bad_missing has no function main (got 'bad_missing:main')"),
+    "two-arguments": ("bad_arity:main", "def main(config, more):\n    pass\n",
+                      "--program: must take the validated config (one argument) or nothing (it reads its config itself), "
+                      "not 2 arguments (got 'bad_arity:main')"),
+    "raises": ("bad_raises:main", "def main():\n    raise ValueError('no such pool')\n",
+               "--program: stopped the render with ValueError: no such pool (at bad_raises.py:2) (got 'bad_raises:main')"),
+    "main-module": ("__main__:main", None, "--program: cannot be a __main__.py: move the program into a module of its own "
+                                           "(infra.py) that __main__.py calls, and name that (got '__main__:main')"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PROGRAMS, ids=list(BAD_PROGRAMS))
+def test_a_bad_program_is_exit_2_with_one_line(case, tmp_path, monkeypatch, capsys):
+    reference, text, line = BAD_PROGRAMS[case]
+    project = _project(tmp_path / "project", _dualsched_keys(raw_stack("dev")))
+    if text is not None:
+        _module(project, reference.split(":")[0], text)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", reference, "--out", "build"]) == 2
+    err = capsys.readouterr().err
+    assert _problem_lines(err) == [line] and "Traceback" not in err
+    assert not (project / "build").exists()
+
+
+def test_a_program_stopping_with_a_run_error_prints_its_message(tmp_path, monkeypatch, capsys):
+    project = _project(tmp_path / "project", _dualsched_keys(raw_stack("dev")))
+    _module(project, "stops", "import pulumi\n\ndef main():\n    raise pulumi.RunError('gpu:cluster: is not set (got nothing)')\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "stops:main", "--out", "build"]) == 2
+    assert capsys.readouterr().err == "program stops:main stopped:\ngpu:cluster: is not set (got nothing)\n"
+
+
+# ------------------------------------------------------------------------------ transforms
+
+TRANSFORMING = """\
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def label(args):
+    props = dict(args.props)
+    props["metadata"] = {**props.get("metadata", {}), "labels": {"team": "ml"}}
+    return pulumi.ResourceTransformResult(props, args.opts)
+
+
+def legacy_label(args):
+    props = dict(args.props)
+    props["metadata"] = {**(props.get("metadata") or {}), "labels": {"team": "ml"}}
+    return pulumi.ResourceTransformationResult(props, args.opts)
+
+
+def config_map(opts=None):
+    return k8s.core.v1.ConfigMap("settings", metadata={"name": "settings", "namespace": "apps"}, data={"a": "b"}, opts=opts)
+
+
+def option():
+    config_map(pulumi.ResourceOptions(transforms=[label]))
+
+
+def stack():
+    pulumi.runtime.register_resource_transform(label)
+    config_map()
+
+
+def invoke():
+    pulumi.runtime.register_invoke_transform(lambda args: None)
+    config_map()
+
+
+def transformation():
+    config_map(pulumi.ResourceOptions(transformations=[legacy_label]))
+"""
+
+
+@pytest.mark.parametrize("function, named", [
+    ("option", "ResourceOptions(transforms=...) of kubernetes:core/v1:ConfigMap 'settings'"),
+    ("stack", "a stack transform (pulumi.runtime.register_resource_transform)"),
+    ("invoke", "an invoke transform (pulumi.runtime.register_invoke_transform)"),
+])
+def test_transforms_are_refused_naming_each(function, named, tmp_path, monkeypatch, capsys):
+    project = _project(tmp_path / "project", {})
+    _module(project, "transforming", TRANSFORMING)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", f"transforming:{function}", "--out", "build"]) == 2
+    err = capsys.readouterr().err
+    [line] = _problem_lines(err)
+    assert line.startswith("transforms: the program registers Pulumi transforms, which the engine runs") and "Traceback" not in err
+    assert line.endswith(f"(got [{named!r}])")
+    assert not (project / "build").exists()
+
+
+def test_transformations_run_by_the_sdk_render_as_they_deploy(tmp_path, monkeypatch):
+    project = _project(tmp_path / "project", {})
+    _module(project, "transforming_sdk", TRANSFORMING)
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "transforming_sdk:transformation", "--out", "build"]) == 0
+    manifest = yaml.safe_load((project / "build" / "apps" / "configmap-settings.yaml").read_text())
+    assert manifest["metadata"]["labels"] == {"team": "ml"}
+
+
+def test_render_config_refuses_transforms_too():
+    def program(config):
+        build(config)
+        pulumi.runtime.register_resource_transform(lambda args: None)
+
+    with pytest.raises(TransformsRefused, match="registers Pulumi transforms"):
+        render_config(render_stack("dev").config, "dev", program)
+
+
+def test_a_render_without_slurm_writes_no_slurm_files_and_says_so(tmp_path, in_repository, capsys):
+    assert main(["--stack-file", "examples/Pulumi.inference-only.yaml", "--out", str(tmp_path / "out")]) == 0
+    assert not (tmp_path / "out" / "slurm-files").exists()
+    assert "slurm.conf: none (the program registers no Slurm config ConfigMap)" in capsys.readouterr().out

@@ -30,7 +30,7 @@ from components.report import (
     plan_from_renders,
     render_markdown,
 )
-from rendering import raw_stack, render_raw
+from rendering import ROOT, raw_stack, render_raw
 
 NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.05.3-ubuntu24.04"
 NEW_VLLM = "docker.io/vllm/vllm-openai:v0.11.1"
@@ -198,7 +198,10 @@ def test_a_window_taint_is_reported_with_its_hours(tmp_path):
     compared = compare(tmp_path, "dev", time_shared)
     [change] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-001"]]
     assert "taint `dualsched.io/inference-window=closed:NoExecute` (outside 22:00–08:00 UTC) added" in change.summary
-    assert change.summary.endswith("pods that do not tolerate the window taint are evicted each day when the window closes")
+    assert "pods that do not tolerate the window taint are evicted each day when the window closes" in change.summary
+    assert change.summary.endswith("the GPU stack's DaemonSets on these nodes (device plugin, DCGM exporter, CNI) must tolerate "
+                                   "`dualsched.io/inference-window=closed:NoExecute` or they stay off the nodes after their "
+                                   "next restart (docs/gpu-sharing.md)")  # fmt: skip
     assert "- `gpu-[001-002]` (2 nodes): label `dualsched.io/mode`: `partitioned` → `time-shared`" in compared.markdown
 
 
@@ -344,6 +347,69 @@ def test_cli_writes_the_report(tmp_path, capsys):
     assert MARKER not in text  # the workflow adds the marker to the comment
     with pytest.raises(SystemExit):
         main(["--base", str(tmp_path / "base")])
+
+
+def _stack_file(path: Path, raw: dict[str, Any], key: str = "dualsched") -> Path:
+    """A stack file holding ``raw`` under a namespace (its keys) or under one key (``ns:key``)."""
+    config = {key: raw} if ":" in key else {f"{key}:{name}": value for name, value in raw.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+def _slurmd_image_edit(raw: dict[str, Any]) -> None:
+    raw.setdefault("images", {}).update(slurmd=NEW_SLURMD)
+
+
+def test_stack_files_are_rendered_and_compared_like_render_directories(tmp_path, monkeypatch, capsys):
+    compared = compare(tmp_path, "dev", _slurmd_image_edit)
+    head = copy.deepcopy(raw_stack("dev"))
+    _slurmd_image_edit(head)
+    base_file = _stack_file(tmp_path / "main" / "Pulumi.dev.yaml", raw_stack("dev"))
+    _stack_file(tmp_path / "project" / "Pulumi.dev.yaml", head)
+    monkeypatch.chdir(tmp_path / "project")
+    assert main(["--base", str(base_file), "--stack", "dev"]) == 0
+    markdown = capsys.readouterr().out
+    assert f"Source: offline render `{base_file}` → `Pulumi.dev.yaml`" in markdown
+    # the same report as from the two render directories, but for the line naming its inputs
+    strip = lambda text: [line for line in text.splitlines() if not line.startswith("Source:")]
+    assert strip(markdown) == strip(compared.markdown)
+    assert "slurmd pool roll" in markdown
+
+
+def test_a_config_key_and_a_program_reach_the_rendered_sides(tmp_path, capsys):
+    head = copy.deepcopy(raw_stack("dev"))
+    _slurmd_image_edit(head)
+    base_file = _stack_file(tmp_path / "base" / "Pulumi.dev.yaml", raw_stack("dev"), "gpu:cluster")
+    head_file = _stack_file(tmp_path / "head" / "Pulumi.dev.yaml", head, "gpu:cluster")
+    assert main(["--base", str(base_file), "--head", str(head_file), "--config-key", "gpu:cluster",
+                 "--program", "examples.sbatch_job:program"]) == 0
+    markdown = capsys.readouterr().out
+    # the config under gpu:cluster was read, and the program's Job (whose sbatch image is slurmd's) rendered on both sides
+    assert "slurmd pool roll" in markdown and "replace of Job slurm-jobs/train-llm" in markdown
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--base", "nowhere", "--head", "nowhere"], "--base: is neither a render directory nor a stack file (got 'nowhere')"),
+    (["--preview", "nowhere.json"], "--preview: cannot read it as JSON: [Errno 2] No such file or directory: 'nowhere.json' "
+                                    "(got 'nowhere.json')"),
+    (["--base", "Pulumi.dev.yaml", "--stack", "dev", "--config-key", "a:b:c"],
+     "--config-key: must be a config namespace or one key, '<namespace>' or '<namespace>:<key>' such as 'myproj:cluster' "
+     "(got 'a:b:c')"),
+    (["--base", "Pulumi.dev.yaml", "--stack", "nope"],
+     "--stack: there is no Pulumi.nope.yaml in the working directory {cwd} (--stack-file PATH reads one elsewhere) (got 'nope')"),
+], ids=["no-such-side", "no-such-preview", "bad-config-key", "no-such-stack"])
+def test_bad_input_is_exit_2_with_one_line(argv, line, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == line.format(cwd=ROOT) + "\n"
+
+
+def test_the_head_is_given_once(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--base", "a", "--head", "b", "--stack", "dev"])
+    assert exit_.value.code == 2 and "give the head once" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------- preview JSON

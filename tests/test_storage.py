@@ -1,8 +1,17 @@
-"""SharedStorageVolumes: a PV/PVC pair per consuming namespace over one NFS, Lustre or hostPath file system."""
+"""SharedStorageVolumes: a PV/PVC pair per consuming namespace over one NFS, Lustre, IBM Storage Scale,
+BeeGFS or hostPath file system.
+
+Each CSI volume is checked against what its driver's node server does with it (see docs/storage.md):
+the handle is taken apart the way the driver takes it apart, not compared with a copy of our own code.
+"""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
+
+from config.models import BeegfsStorage, LustreStorage
 
 from rendering import container, mounts, render_raw, render_stack, variant, volume
 
@@ -75,15 +84,119 @@ def test_nfs_source():
         assert bool(spec["nfs"].get("readOnly")) is (consumer == "inference")
 
 
-def test_lustre_csi_source():
-    volumes = _volumes(render_stack("prod"))
-    for consumer, volume_ in volumes.items():
-        spec = volume_.manifest["spec"]
-        assert "nfs" not in spec
-        assert spec["csi"]["driver"] == "lustre.csi.hpe.com"
-        assert spec["csi"]["volumeHandle"] == "lustre-prod-fs1"
-        assert spec["csi"]["volumeAttributes"] == {"mgsAddress": "10.20.0.10@o2ib", "fsName": "fs1"}
+def _csi_volumes(rendered) -> dict:
+    """consumer -> the PV's spec, after checking what every CSI PV here shares: the read-only flag of
+    its consumer and no volumeAttributes (none of the three drivers reads any for a static volume)."""
+    specs = {consumer: volume_.manifest["spec"] for consumer, volume_ in _volumes(rendered).items()}
+    assert sorted(specs) == sorted(CONSUMERS)
+    for consumer, spec in specs.items():
+        assert "nfs" not in spec and "hostPath" not in spec
+        assert "volumeAttributes" not in spec["csi"]
         assert bool(spec["csi"].get("readOnly")) is (consumer == "inference")
+    return specs
+
+
+def lustre_mount_source(handle: str) -> tuple[list[list[str]], str, str]:
+    """HPE's NodePublishVolume hands mount(8) the volumeHandle as the source; mount.lustre(8) reads it as
+    '<mgsnode>[:<mgsnode>]:/<fsname>[/<subdir>]', each mgsnode '<nid>[,<nid>]'. -> (NIDs per MGS node, fsname, subdir)."""
+    mgs_name, separator, target = handle.partition(":/")
+    assert separator, handle
+    fs_name, _, subdirectory = target.partition("/")
+    return [node.split(",") for node in mgs_name.split(":")], fs_name, subdirectory
+
+
+def gpfs_volume_id(handle: str) -> dict[str, str]:
+    """getVolIDMembers (IBM/ibm-spectrum-scale-csi driver/csiplugin/gpfs_util.go): a 7-field handle is the
+    CSI 2.5.0 format; NodePublishVolume bind-mounts its path, ControllerPublishVolume looks up its fs UUID."""
+    fields = handle.split(";")
+    assert len(fields) == 7, handle
+    names = ("storageClassType", "volType", "clusterId", "fsUUID", "consistencyGroup", "fsetName", "path")
+    return dict(zip(names, fields))
+
+
+def beegfs_volume(handle: str) -> tuple[str, str]:
+    """parseBeegfsURL (ThinkParQ/beegfs-csi-driver pkg/beegfs/beegfs_util.go): url.Parse, scheme 'beegfs',
+    -> (sysMgmtdHost, directory in the file system)."""
+    url = urlsplit(handle)
+    assert url.scheme == "beegfs", handle
+    assert not (url.query or url.fragment or url.username or url.port), handle
+    return url.netloc, url.path
+
+
+def test_lustre_volumes_are_what_hpes_driver_mounts():
+    for spec in _csi_volumes(render_stack("prod")).values():
+        csi = spec["csi"]
+        assert csi["driver"] == "lustre-csi.hpe.com"
+        assert csi["fsType"] == "lustre"  # NodePublishVolume mounts with exactly this type
+        assert csi["volumeHandle"] == "10.20.0.10@o2ib:/fs1"
+        assert lustre_mount_source(csi["volumeHandle"]) == ([["10.20.0.10@o2ib"]], "fs1", "")
+        assert "mountOptions" not in spec
+
+
+def _lustre_failover_pair(raw):
+    raw["storage"]["lustre"] = {
+        "mgsNodes": [{"nids": ["10.20.0.10@o2ib", "10.21.0.10@tcp"]}, {"nids": ["10.20.0.11@o2ib"]}],
+        "fsName": "fs1",
+        "subdirectory": "dualsched/shared",
+        "mountOptions": ["flock", "lazystatfs"],
+    }
+
+
+def test_lustre_handle_lists_failover_nodes_their_nids_and_the_subdirectory():
+    for spec in _csi_volumes(render_raw(variant("prod", _lustre_failover_pair))).values():
+        handle = spec["csi"]["volumeHandle"]
+        assert handle == "10.20.0.10@o2ib,10.21.0.10@tcp:10.20.0.11@o2ib:/fs1/dualsched/shared"
+        assert lustre_mount_source(handle) == ([["10.20.0.10@o2ib", "10.21.0.10@tcp"], ["10.20.0.11@o2ib"]], "fs1", "dualsched/shared")
+        assert spec["mountOptions"] == ["flock", "lazystatfs"]  # the driver adds them to the mount's options
+
+
+def _gpfs(raw):
+    raw["storage"] = {
+        "type": "gpfs",
+        "capacity": "2Pi",
+        "gpfs": {"clusterId": 7118073361626808055, "filesystemUuid": "09762E69:5D36FE8D", "path": "/ibm/fs1/dualsched"},
+    }
+
+
+def test_gpfs_volumes_carry_ibms_static_volume_handle():
+    for spec in _csi_volumes(render_raw(variant("prod", _gpfs))).values():
+        csi = spec["csi"]
+        assert csi["driver"] == "spectrumscale.csi.ibm.com"
+        assert csi["volumeHandle"] == "0;0;7118073361626808055;09762E69:5D36FE8D;;;/ibm/fs1/dualsched"
+        assert gpfs_volume_id(csi["volumeHandle"]) == {
+            "storageClassType": "0",  # STORAGECLASS_CLASSIC
+            "volType": "0",  # FILE_DIRECTORYBASED_VOLUME
+            "clusterId": "7118073361626808055",
+            "fsUUID": "09762E69:5D36FE8D",
+            "consistencyGroup": "",
+            "fsetName": "",
+            "path": "/ibm/fs1/dualsched",
+        }
+        assert "fsType" not in csi and "mountOptions" not in spec  # a bind mount: the driver reads neither
+
+
+def _beegfs(raw):
+    raw["storage"] = {"type": "beegfs", "capacity": "2Pi", "beegfs": {"sysMgmtdHost": "mgmtd.beegfs.internal", "path": "/dualsched"}}
+
+
+def test_beegfs_volumes_carry_a_beegfs_url():
+    for spec in _csi_volumes(render_raw(variant("prod", _beegfs))).values():
+        csi = spec["csi"]
+        assert csi["driver"] == "beegfs.csi.netapp.com"
+        assert csi["volumeHandle"] == "beegfs://mgmtd.beegfs.internal/dualsched"
+        assert beegfs_volume(csi["volumeHandle"]) == ("mgmtd.beegfs.internal", "/dualsched")
+        assert "fsType" not in csi and "mountOptions" not in spec
+
+
+def test_a_beegfs_volume_may_be_the_whole_file_system():
+    handle = BeegfsStorage(sys_mgmtd_host="10.30.0.5", path="/").volume_handle
+    assert beegfs_volume(handle) == ("10.30.0.5", "/")
+
+
+def test_a_lustre_handle_without_subdirectory_mounts_the_file_system_root():
+    handle = LustreStorage(mgs_nodes=[{"nids": ["mgs1@tcp0"]}], fs_name="testfs").volume_handle
+    assert handle == "mgs1@tcp0:/testfs"
+    assert lustre_mount_source(handle) == ([["mgs1@tcp0"]], "testfs", "")
 
 
 def _host_path(raw):

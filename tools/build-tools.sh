@@ -14,7 +14,7 @@
 #   TOOL is one of: kube-apiserver pulumi kube-controller-manager kube-scheduler
 #                   pulumi-resource-kubernetes etcd kwok pulumi-language-python
 #                   pulumi-resource-random kubectl kubelet kube-proxy coredns
-#                   gpu-device-plugin-double kube-router   (default: all)
+#                   gpu-device-plugin-double kube-router pulumi-language-yaml   (default: all)
 # Env: DUALSCHED_TOOLS_CACHE, GOMODCACHE/GOCACHE (shared, default go env),
 #      DUALSCHED_TOOLS_FORCE=1 (rebuild even if cached), GOTOOLCHAIN (default: local),
 #      DUALSCHED_TOOLS_JOBS=2 (parallel lanes: A = Kubernetes/etcd/KWOK, B = Pulumi; 1 = sequential).
@@ -39,7 +39,7 @@ FORCE="${DUALSCHED_TOOLS_FORCE:-0}"
 
 ALL_TOOLS=(kube-apiserver pulumi kube-controller-manager kube-scheduler pulumi-resource-kubernetes
            etcd kwok pulumi-language-python pulumi-resource-random kubectl kubelet kube-proxy coredns
-           gpu-device-plugin-double kube-router)
+           gpu-device-plugin-double kube-router pulumi-language-yaml)
 
 log() { echo "[tools] $*"; }
 die() { echo "[tools] ERROR: $*" >&2; exit 1; }
@@ -52,6 +52,7 @@ tool_version() {
     gpu-device-plugin-double) echo "$GPU_DEVICE_PLUGIN_DOUBLE_VERSION" ;;
     pulumi) echo "$PULUMI_VERSION" ;;
     pulumi-language-python) echo "$PULUMI_LANGHOST_VERSION" ;;
+    pulumi-language-yaml) echo "$PULUMI_YAML_VERSION" ;;
     pulumi-resource-kubernetes) echo "v$PULUMI_K8S_PROVIDER_VERSION" ;;
     pulumi-resource-random) echo "v$PULUMI_RANDOM_PROVIDER_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;;
@@ -179,6 +180,28 @@ build_pulumi-language-python() {
     [ -f "$f" ] && { install -m755 "$f" "$out/pulumi-resource-pulumi-python"; break; }
   done
   [ -x "$out/pulumi-resource-pulumi-python" ]
+}
+
+# ------------------------------------------------ YAML language host (upstream main, our sdk/pkg pins)
+# github.com/pulumi/pulumi-yaml has no replaces; its go.mod asks for an older pkg/v3 and sdk/v3,
+# which the wrapper raises to the CLI's ($PULUMI_VERSION) so both share one engine API and the
+# module/build caches the CLI filled (and pkg/v3 needs the same clipboard/x/text replaces as the CLI).
+build_pulumi-language-yaml() {
+  local v=$PULUMI_YAML_VERSION d out
+  d=$(new_wrapper "pulumi-language-yaml-$v" 1.26.6)
+  out=$(tool_bindir pulumi-language-yaml); mkdir -p "$out"
+  (
+    cd "$d"
+    go mod edit -replace=github.com/atotto/clipboard=github.com/tgummerer/clipboard@v0.0.0-20241001131231-d02d263e614e
+    local sdkmod; sdkmod=$(gomod_file "github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION")
+    local xt; xt=$(awk '/^replace golang.org\/x\/text =>/{print $5}' "$sdkmod")
+    [ -n "$xt" ] && go mod edit -replace="golang.org/x/text=golang.org/x/text@$xt"
+    go mod edit -require="github.com/pulumi/pulumi-yaml@$v" \
+      -require="github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION" -require="github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION"
+    go get -tool "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml@$v"
+    go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=$v" \
+      -o "$out/pulumi-language-yaml" github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml
+  )
 }
 
 # ------------------------------------------------ Kubernetes provider (own main)
@@ -345,6 +368,9 @@ link_langhost() {
   for f in pulumi-language-python pulumi-language-python-exec pulumi-resource-pulumi-python; do
     ln -sfn "$lb/$f" "$pb/$f"
   done
+  lb=$(tool_bindir pulumi-language-yaml)
+  [ -x "$lb/pulumi-language-yaml" ] && ln -sfn "$lb/pulumi-language-yaml" "$pb/pulumi-language-yaml"
+  return 0
 }
 
 # Install provider plugins into the Pulumi plugin cache at the exact versions the Python

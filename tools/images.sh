@@ -76,11 +76,11 @@ recipe() {
     slurm) cat <<'EOF'
 {"ref": "dualsched.local/slurm:22.05", "variant": "essential",
  "packages": ["slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-wlm-jwt-plugin", "slurm-client", "munge", "procps",
-              "bash", "coreutils", "ca-certificates"],
+              "bash", "coreutils", "ca-certificates", "mount"],
  "drop": ["etc/munge/munge.key"],
  "require": ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/slurmdbd", "/usr/sbin/slurmrestd",
              "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so", "/usr/bin/sbatch",
-             "/usr/bin/scontrol", "/usr/bin/sinfo", "/usr/bin/sacct", "/usr/bin/sacctmgr", "/bin/sh", "/usr/sbin/mungekey", "/usr/bin/munge", "/usr/bin/unmunge"],
+             "/usr/bin/scontrol", "/usr/bin/sinfo", "/usr/bin/sacct", "/usr/bin/sacctmgr", "/bin/sh", "/usr/sbin/mungekey", "/usr/bin/munge", "/usr/bin/unmunge", "/bin/mount"],
  "entrypoint": null, "cmd": ["/bin/sh"]}
 EOF
     ;;

@@ -22,7 +22,6 @@
 # NVIDIA's numbers, no driver behind them), made by the device plugin double at start and kept while
 # the node runs (a privileged container sees them all; others only what the kubelet allocated);
 # `down` removes them. `up` refuses on a machine with NVIDIA's driver loaded (/proc/driver/nvidia).
-# `down` also removes the cgroups Slurm made for slurmd and its jobs at the host's cgroup root (slurm_<node>).
 #
 # Choices forced by this machine (docs/real-node.md): the host has hybrid cgroup v1, so the
 # kubelet runs with failCgroupV1: false and the cgroupfs driver; Debian's containerd is 1.6
@@ -418,10 +417,9 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
   local name; for name in $(ipset list -n 2>/dev/null); do
     case "$name" in KUBE-*|kube-router*) ipset destroy "$name" 2>/dev/null || true ;; esac
   done
-  # Slurm (cgroup v1) makes its own cgroups at the root of the host's hierarchies through slurmd's hostPath
-  # /sys/fs/cgroup: slurm_<node>/system (slurmd) and slurm_<node>/uid_N/job_N (jobs). What is still in this
-  # node's cgroups now was not stopped through containerd (its socket gone...): it goes by its pids.
-  local cgroups=(/sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/*/"slurm_$NODE") c p
+  # What is still in this node's cgroups (Slurm's slurm_<node>/... among them, nested in slurmd's
+  # container) was not stopped through containerd (its socket gone...): it goes by its pids.
+  local cgroups=(/sys/fs/cgroup/*/"${CGROUP_ROOT#/}") c p
   for p in $(find "${cgroups[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
     kill -KILL "$p" 2>/dev/null || true
   done

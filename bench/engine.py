@@ -1,0 +1,512 @@
+"""Fleet scale through the real engine: `pulumi up/preview/destroy` against a local control plane.
+
+    flock /tmp/dualsched-realtier.lock python -m bench.engine            # 256, 1024, 4096 nodes (make bench-engine)
+    flock /tmp/dualsched-realtier.lock python -m bench.engine --sizes 256 --no-write
+
+For each size (bench/fleet.py: 8 GPUs per node, 8 pools) and each program (``library`` =
+components.program.build, ``flat`` = bench/flat_program.py, the same objects by direct
+constructors), on a FRESH private cluster (tools/cluster.sh with its own dir and ports, KWOK fake
+nodes, torn down afterwards) and a fresh file backend, with the built Pulumi CLI and providers of the
+e2e tier (tools/pulumi-env.sh), it runs and measures:
+
+  up        first `pulumi up --yes` (preview included, as a platform team runs it)
+  preview   no-op `pulumi preview --expect-no-changes`
+  noop-up   no-op `pulumi up --yes --expect-no-changes`
+  pool      `pulumi up --yes` after a one-pool change (fleet variant ``pool``)
+  conf      `pulumi up --yes` after a slurm.conf-only change (variant ``conf``)
+  destroy   `pulumi destroy --yes` (after an untimed `pulumi state unprotect --all`)
+
+Per operation: wall time; CPU time of the whole pulumi process tree (engine, language host and
+program, providers: wait4's rusage); peak RSS (VmHWM, sampled from /proc every 0.2 s) of the engine
+(`pulumi`), of the program (language host + Python) and of the providers; the state file's size
+afterwards; API requests the program's provider made (counted by the API server: the provider
+authenticates as its own user, which a FlowSchema of its own classifies, and
+``apiserver_flowcontrol_dispatched_requests_total`` for that FlowSchema is read before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOOLS = ROOT / "tools"
+VENV = ROOT / ".venv"
+SIZES = (256, 1024, 4096)
+PROGRAMS = ("library", "flat")
+OPS = ("up", "preview", "noop-up", "pool", "conf", "destroy")
+PASSPHRASE = "dualsched-bench"
+BENCH_USER = "dualsched-bench"
+STACK = "bench"
+TARGETS = {"preview_s": 60, "noop_up_s": 90, "ratio": 1.1, "memory_mib": 1024}
+
+
+def log(message: str) -> None:
+    print(f"[bench-engine {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port(pair: bool = False) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair:
+            return port
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port pair")
+
+
+# --------------------------------------------------------------------------- process tree sampling
+
+_CLASSES = (("engine", re.compile(r"^pulumi$")), ("provider", re.compile(r"^pulumi-resource-")),
+            ("program", re.compile(r"^(pulumi-language-|python)")))
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def _descendants(root: int) -> list[int]:
+    kids, out, stack = _children_map(), [], [root]
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(kids.get(pid, ()))
+    return out
+
+
+def _status(pid: int) -> Optional[tuple[str, int]]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return None
+    match = re.search(r"^VmHWM:\s+(\d+) kB", text, re.M)
+    return exe, int(match.group(1)) if match else 0
+
+
+class TreeSampler(threading.Thread):
+    """Peak RSS (VmHWM) per process of a process tree, summed per class at the end."""
+
+    def __init__(self, root: int, period: float = 0.2):
+        super().__init__(daemon=True)
+        self.root, self.period, self.stop = root, period, threading.Event()
+        self.peaks: dict[int, tuple[str, int]] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for pid in _descendants(self.root):
+                status = _status(pid)
+                if status:
+                    exe, hwm = status
+                    if hwm >= self.peaks.get(pid, ("", 0))[1]:
+                        self.peaks[pid] = (exe, hwm)
+            self.stop.wait(self.period)
+
+    def by_class(self) -> dict[str, float]:
+        out = {name: 0.0 for name, _ in _CLASSES}
+        for exe, kib in self.peaks.values():
+            for name, pattern in _CLASSES:
+                if pattern.search(exe):
+                    out[name] += kib / 1024
+                    break
+        return out
+
+
+# ------------------------------------------------------------------------------------- the world
+
+
+class World:
+    """A private cluster with the fleet's fake nodes, a bench user for the provider, a file backend."""
+
+    def __init__(self, tmp: Path, nodes: int):
+        self.tmp, self.nodes = tmp, nodes
+        self.cluster_dir = tmp / "cluster"
+        self.ports = {"api": free_port(), "etcd": free_port(pair=True), "kcm": free_port(), "scheduler": free_port()}
+        self.env = self._load_env()
+
+    def _load_env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "DUALSCHED_")) and k != "KUBECONFIG"}
+        base.update({
+            "DUALSCHED_CLUSTER_DIR": str(self.cluster_dir),
+            "DUALSCHED_APISERVER_PORT": str(self.ports["api"]),
+            "DUALSCHED_ETCD_PORT": str(self.ports["etcd"]),
+            "DUALSCHED_KCM_PORT": str(self.ports["kcm"]),
+            "DUALSCHED_SCHEDULER_PORT": str(self.ports["scheduler"]),
+            "PULUMI_HOME": str(self.tmp / "pulumi-home"),
+            "KUBECONFIG": str(self.cluster_dir / "kubeconfig"),
+        })
+        if "DUALSCHED_TOOLS_CACHE" in os.environ:
+            base["DUALSCHED_TOOLS_CACHE"] = os.environ["DUALSCHED_TOOLS_CACHE"]
+        dump = subprocess.run(["bash", "-c", 'source "$1" >&2 && env -0', "bash", str(TOOLS / "pulumi-env.sh")],
+                              env=base, capture_output=True, timeout=300)
+        if dump.returncode != 0 or b"WARNING" in dump.stderr:
+            raise SystemExit(f"sourcing tools/pulumi-env.sh failed (run `make tools`):\n{dump.stderr.decode()[-2000:]}")
+        env = dict(item.split("=", 1) for item in dump.stdout.decode().split("\0") if "=" in item)
+        env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env['PATH']}"
+        env["PULUMI_CONFIG_PASSPHRASE"] = PASSPHRASE
+        env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+        return env
+
+    def run(self, args: list[str], *, timeout: int = 3600, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        result = subprocess.run(args, env=kw.pop("env", self.env), capture_output=True, text=True, timeout=timeout, **kw)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"`{' '.join(map(str, args))}` failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        return result
+
+    def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.run(["kubectl", *args], **kw)
+
+    # ---------------------------------------------------------------- cluster
+    def up(self) -> None:
+        start = time.monotonic()
+        self.run([str(TOOLS / "cluster.sh"), "up"], timeout=600)
+        self._fleet_nodes()
+        self._rwx_volumes()
+        self._bench_user()
+        log(f"cluster with {self.nodes} fleet nodes up in {time.monotonic() - start:.0f}s")
+
+    def down(self) -> None:
+        self.run([str(TOOLS / "cluster.sh"), "down"], check=False, timeout=600)
+
+    def _fleet_nodes(self) -> None:
+        from bench.fleet import fleet_config
+
+        names = [node for pool in fleet_config(self.nodes).pools for node in pool.node_names]
+        capacity = {"cpu": "256", "memory": "4Ti", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "1Ti"}
+        for chunk in range(0, len(names), 512):
+            items = [{
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                                      "kubernetes.io/arch": "amd64", "type": "kwok",
+                                                      "node-role.kubernetes.io/gpu": "", "nvidia.com/gpu.present": "true"},
+                             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+                "spec": {},
+                "status": {"capacity": capacity, "allocatable": capacity, "phase": "Running"},
+            } for name in names[chunk:chunk + 512]]
+            self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        self.kubectl("wait", "--for=condition=Ready", "nodes", "-l", "nvidia.com/gpu.present=true", "--timeout=900s", timeout=1000)
+
+    def _rwx_volumes(self) -> None:
+        """The fleet's controller state claim is ReadWriteMany with no class: class-less RWX PVs for it."""
+        self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [{
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"bench-rwx-{i}"},
+            "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": str(self.cluster_dir / "volumes" / f"bench-rwx-{i}"), "type": "DirectoryOrCreate"}},
+        } for i in range(2)]}))
+
+    def _bench_user(self) -> None:
+        """A client cert for the provider; RBAC cluster-admin; a FlowSchema that classifies only it."""
+        pki = self.cluster_dir / "pki"
+        key, csr, crt = self.tmp / "bench.key", self.tmp / "bench.csr", self.tmp / "bench.crt"
+        self.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={BENCH_USER}"])
+        self.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+                  "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(pki / "client.ext")])
+        admin = self.cluster_dir / "kubeconfig"
+        text = admin.read_text()
+        text = re.sub(r"client-certificate-data: \S+", f"client-certificate-data: {base64.b64encode(crt.read_bytes()).decode()}", text)
+        text = re.sub(r"client-key-data: \S+", f"client-key-data: {base64.b64encode(key.read_bytes()).decode()}", text)
+        self.bench_kubeconfig = self.tmp / "bench.kubeconfig"
+        self.bench_kubeconfig.write_text(text)
+        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": BENCH_USER},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+             "subjects": [{"kind": "User", "name": BENCH_USER, "apiGroup": "rbac.authorization.k8s.io"}]},
+            {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": BENCH_USER},
+             "spec": {"priorityLevelConfiguration": {"name": "exempt"}, "matchingPrecedence": 2,
+                      "rules": [{"subjects": [{"kind": "User", "user": {"name": BENCH_USER}}],
+                                 "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                    "clusterScope": True, "namespaces": ["*"]}],
+                                 "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}},
+        ]}))
+
+    def api_requests(self) -> int:
+        """Requests the API server dispatched for the bench user (its FlowSchema) so far."""
+        text = self.kubectl("get", "--raw", "/metrics").stdout
+        total = 0
+        for line in text.splitlines():
+            if line.startswith(("apiserver_flowcontrol_dispatched_requests_total{", "apiserver_flowcontrol_request_execution_seconds_count{")) \
+                    and f'flow_schema="{BENCH_USER}"' in line and line.startswith("apiserver_flowcontrol_dispatched"):
+                total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
+
+# ------------------------------------------------------------------------------------ the program
+
+MAIN_LIBRARY = '''"""bench: the library program for a generated fleet (bench-settings.json)."""
+import json
+from bench.fleet import fleet_config
+from components.program import build
+settings = json.load(open("bench-settings.json"))
+build(fleet_config(settings["nodes"], settings["variant"]))
+'''
+MAIN_FLAT = '''"""bench: the flat program, from the plan the benchmark captured (bench-settings.json)."""
+import json
+from bench.flat_program import build
+settings = json.load(open("bench-settings.json"))
+build(json.load(open(f"plan-{settings['variant']}.json")))
+'''
+
+
+class Project:
+    def __init__(self, world: World, program: str, nodes: int):
+        self.world, self.program, self.nodes = world, program, nodes
+        self.dir = world.tmp / f"project-{program}"
+        self.backend = world.tmp / f"backend-{program}"
+        self.dir.mkdir()
+        self.backend.mkdir()
+        for name in ("components", "config", "bench"):
+            shutil.copytree(ROOT / name, self.dir / name, ignore=shutil.ignore_patterns("__pycache__", "*.md"))
+        (self.dir / "__main__.py").write_text(MAIN_LIBRARY if program == "library" else MAIN_FLAT)
+        (self.dir / "Pulumi.yaml").write_text(
+            "name: dualsched\nruntime:\n  name: python\n  options:\n    toolchain: pip\n"
+            f"    virtualenv: {VENV}\n")
+        if program == "flat":
+            from bench.fleet import VARIANTS, fleet_config
+            from bench.flat_program import capture
+
+            for variant in VARIANTS:
+                (self.dir / f"plan-{variant}.json").write_text(json.dumps(capture(fleet_config(nodes, variant))))
+        self.env = {**world.env, "PULUMI_BACKEND_URL": f"file://{self.backend}", "KUBECONFIG": str(world.bench_kubeconfig)}
+        self.world.run(["pulumi", "stack", "init", STACK, "--non-interactive"], cwd=self.dir, env=self.env)
+
+    def variant(self, name: str) -> None:
+        (self.dir / "bench-settings.json").write_text(json.dumps({"nodes": self.nodes, "variant": name}))
+
+    def state_bytes(self) -> int:
+        files = [p for p in self.backend.rglob(f"{STACK}.json") if ".history" not in p.parts and "backups" not in p.parts]
+        return max((p.stat().st_size for p in files), default=0)
+
+    def op(self, op: str) -> dict:
+        args = {
+            "up": ["up", "--yes"], "preview": ["preview", "--expect-no-changes"],
+            "noop-up": ["up", "--yes", "--expect-no-changes"], "pool": ["up", "--yes"], "conf": ["up", "--yes"],
+            "destroy": ["destroy", "--yes"],
+        }[op]
+        self.variant({"pool": "pool", "conf": "conf", "destroy": "conf"}.get(op, "base"))
+        if op == "destroy":
+            self.world.run(["pulumi", "state", "unprotect", "--all", "--yes", "--stack", STACK], cwd=self.dir, env=self.env)
+        requests_before = self.world.api_requests()
+        out = open(self.world.tmp / f"{self.program}-{op}.log", "w")
+        start = time.monotonic()
+        proc = subprocess.Popen(["pulumi", *args, "--stack", STACK, "--non-interactive", "--color", "never"],
+                                cwd=self.dir, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.monotonic() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        sampler.stop.set()
+        sampler.join()
+        out.close()
+        if proc.returncode != 0:
+            raise RuntimeError(f"pulumi {op} ({self.program}, {self.nodes} nodes) failed:\n"
+                               f"{(self.world.tmp / f'{self.program}-{op}.log').read_text()[-4000:]}")
+        time.sleep(1)  # let the API server's counters settle
+        memory = sampler.by_class()
+        return {
+            "op": op, "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "rss_engine_mib": memory["engine"], "rss_program_mib": memory["program"], "rss_provider_mib": memory["provider"],
+            "rss_total_mib": sum(memory.values()), "state_bytes": self.state_bytes(),
+            "api_requests": self.world.api_requests() - requests_before,
+            "summary": _summary((self.world.tmp / f"{self.program}-{op}.log").read_text()),
+        }
+
+
+def _summary(text: str) -> str:
+    """The engine's "Resources:" block, on one line."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Resources:")
+    except StopIteration:
+        return ""
+    block = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        block.append(line.strip())
+    return ", ".join(block)
+
+
+def measure_program(program: str, nodes: int, keep: bool = False) -> list[dict]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"dualsched-bench-engine-{nodes}-{program}-"))
+    world = World(tmp, nodes)
+    try:
+        world.up()
+        project = Project(world, program, nodes)
+        rows = []
+        for op in OPS:
+            row = project.op(op)
+            log(f"{nodes} nodes {program:7s} {op:8s} {row['seconds']:7.1f}s cpu {row['cpu_seconds']:6.1f}s "
+                f"rss {row['rss_engine_mib']:.0f}/{row['rss_program_mib']:.0f}/{row['rss_provider_mib']:.0f} MiB "
+                f"state {row['state_bytes'] / 1024:.0f} KiB api {row['api_requests']}  [{row['summary']}]")
+            rows.append({"program": program, "nodes": nodes, **row})
+        return rows
+    finally:
+        world.down()
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------- report
+
+COLUMNS = ("seconds", "cpu_seconds", "rss_total_mib", "state_bytes", "api_requests")
+
+
+def table(rows: list[dict]) -> str:
+    index = {(r["nodes"], r["program"], r["op"]): r for r in rows}
+    sizes = sorted({r["nodes"] for r in rows})
+    lines = [
+        "| nodes | operation | wall library (flat) | ratio | CPU library (flat) | ratio | peak RSS engine / program / providers, library "
+        "| peak RSS total library (flat) | ratio | state library (flat) | ratio | API requests library (flat) | ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b else ("1.00" if a == b else "-")
+
+    for nodes in sizes:
+        for op in OPS:
+            lib, flat = index.get((nodes, "library", op)), index.get((nodes, "flat", op))
+            if not lib or not flat:
+                continue
+            lines.append(
+                f"| {nodes:,} | {op} | {lib['seconds']:.1f} s ({flat['seconds']:.1f} s) | {ratio(lib['seconds'], flat['seconds'])} "
+                f"| {lib['cpu_seconds']:.1f} s ({flat['cpu_seconds']:.1f} s) | {ratio(lib['cpu_seconds'], flat['cpu_seconds'])} "
+                f"| {lib['rss_engine_mib']:.0f} / {lib['rss_program_mib']:.0f} / {lib['rss_provider_mib']:.0f} MiB "
+                f"| {lib['rss_total_mib']:.0f} MiB ({flat['rss_total_mib']:.0f} MiB) | {ratio(lib['rss_total_mib'], flat['rss_total_mib'])} "
+                f"| {lib['state_bytes'] / 1024:,.0f} KiB ({flat['state_bytes'] / 1024:,.0f} KiB) | {ratio(lib['state_bytes'], flat['state_bytes'])} "
+                f"| {lib['api_requests']:,} ({flat['api_requests']:,}) | {ratio(lib['api_requests'], flat['api_requests'])} |"
+            )
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    index = {(r["nodes"], r["program"], r["op"]): r for r in rows}
+    sizes = sorted({r["nodes"] for r in rows})
+    last, first = sizes[-1], sizes[0]
+    out = []
+    lib = lambda op, n=last: index.get((n, "library", op))  # noqa: E731
+    if lib("preview"):
+        s = lib("preview")["seconds"]
+        out.append(f"- no-op preview at {last:,} nodes: {s:.1f} s (target < {TARGETS['preview_s']} s): " + ("PASS" if s < TARGETS["preview_s"] else "MISS"))
+    if lib("noop-up"):
+        s = lib("noop-up")["seconds"]
+        out.append(f"- no-op up at {last:,} nodes: {s:.1f} s (target < {TARGETS['noop_up_s']} s): " + ("PASS" if s < TARGETS["noop_up_s"] else "MISS"))
+    worst = []
+    for (n, program, op), r in index.items():
+        f = index.get((n, "flat", op))
+        if program == "library" and f:
+            for col in COLUMNS:
+                if f[col]:
+                    worst.append((r[col] / f[col], col, op, n))
+    if worst:
+        top = max(worst)
+        out.append(f"- worst library/flat ratio: {top[0]:.2f} ({top[1]}, {top[2]}, {top[3]:,} nodes) (target <= {TARGETS['ratio']} in every column): "
+                   + ("PASS" if top[0] <= TARGETS["ratio"] else "MISS"))
+    peak = max((r["rss_total_mib"] for r in rows if r["program"] == "library"), default=0)
+    out.append(f"- peak memory (engine + program + providers) of the library: {peak:.0f} MiB (target < {TARGETS['memory_mib']} MiB): "
+               + ("PASS" if peak < TARGETS["memory_mib"] else "MISS"))
+    if first != last:
+        scale = last / first
+        for op in ("preview", "noop-up"):
+            if lib(op) and lib(op, first):
+                g = lib(op)["seconds"] / lib(op, first)["seconds"]
+                out.append(f"- {op} wall time {first:,} -> {last:,} nodes: x{g:.1f} for x{scale:.0f} the nodes (linear or better): "
+                           + ("PASS" if g <= scale * 1.1 else "MISS"))
+    return out
+
+
+def report(rows: list[dict], command: str) -> str:
+    machine = f"{platform.node() or 'this machine'}: {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB RAM, Linux {platform.release()}, load average {os.getloadavg()[0]:.1f} at the end"
+    return "\n".join([
+        "# Benchmark through the real engine",
+        "",
+        f"Produced by `{command}` on {machine}. Pulumi CLI and providers of the e2e tier (docs/toolchain.md),",
+        "file backend, a private local control plane (etcd, kube-apiserver, controller-manager, scheduler v1.36.3) with",
+        "KWOK fake nodes, fresh for each program; one run per cell. `library` = components.program.build,",
+        "`flat` = bench/flat_program.py (the same objects and options by direct constructors). CPU = the whole pulumi",
+        "process tree; peak RSS = engine / program (language host + Python) / providers, summed per-process peaks;",
+        "API requests = what the provider's own user had dispatched by the API server during the operation.",
+        "",
+        table(rows),
+        "",
+        *verdicts(rows),
+        "",
+    ])
+
+
+def _mem_gib() -> float:
+    with open("/proc/meminfo") as f:
+        return int(f.readline().split()[1]) / 2**20
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "engine-results.json", help="raw rows (appended per size)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "ENGINE-RESULTS.md")
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the report from --json")
+    args = parser.parse_args(argv)
+    command = "python -m bench.engine" + ("" if args.sizes == list(SIZES) else " --sizes " + " ".join(map(str, args.sizes)))
+
+    if args.report_only:
+        rows = json.loads(args.json.read_text())
+    else:
+        rows = []
+        for nodes in args.sizes:
+            for program in args.programs:
+                rows += measure_program(program, nodes, keep=args.keep)
+            if not args.no_write:
+                old = json.loads(args.json.read_text()) if args.json.exists() else []
+                keep = [r for r in old if (r["nodes"], r["program"]) not in {(r2["nodes"], r2["program"]) for r2 in rows}]
+                args.json.write_text(json.dumps(keep + rows, indent=1))
+        if not args.no_write:
+            rows = json.loads(args.json.read_text())
+    text = report(rows, command)
+    print(text)
+    if not args.no_write:
+        args.out.write_text(text)
+        log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
