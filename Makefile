@@ -10,7 +10,7 @@ TOOLS_CACHE ?= $(HOME)/.cache/dualsched-tools
 export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 
 .PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
-        test test-unit test-slurm test-e2e test-node images bench clean
+        test test-unit test-slurm test-e2e test-node images bench bench-engine clean package-schema
 
 help:
 	@sed -n '2,4p' Makefile
@@ -77,8 +77,18 @@ images:
 test: venv slurm-deps checkov tools images
 	$(PY) -m pytest
 
+## The component package's generated input types and schema (package/, docs/component-package.md)
+package-schema: venv
+	$(PY) -m package.gen_types
+
 bench: venv
 	$(PY) -m bench.bench
+	@if [ -f bench/engine-results.json ]; then $(PY) -m bench.engine --report-only --no-write; fi
+
+# through the real engine and a private local control plane with KWOK nodes (256, 1,024, 4,096 GPU nodes);
+# waits for the real-cluster lock other tiers take too; writes bench/ENGINE-RESULTS.md (docs/benchmark.md)
+bench-engine: venv tools
+	flock /tmp/dualsched-realtier.lock $(PY) -m bench.engine $(BENCH_ENGINE_ARGS)
 
 clean:
 	rm -rf build $(VENV)

@@ -50,6 +50,8 @@ TOOLS = ROOT / "tools"
 VENV = ROOT / ".venv"
 SIZES = (256, 1024, 4096)
 PROGRAMS = ("library", "flat")
+EXTRA_PROGRAMS = ("no-patches",)
+"""``no-patches``: the flat plan without its NodePatches, the floor of a design with no resource per node."""
 OPS = ("up", "preview", "noop-up", "pool", "conf", "destroy")
 PASSPHRASE = "dualsched-bench"
 BENCH_USER = "dualsched-bench"
@@ -295,12 +297,15 @@ class Project:
         (self.dir / "Pulumi.yaml").write_text(
             "name: dualsched\nruntime:\n  name: python\n  options:\n    toolchain: pip\n"
             f"    virtualenv: {VENV}\n")
-        if program == "flat":
+        if program != "library":
             from bench.fleet import VARIANTS, fleet_config
-            from bench.flat_program import capture
+            from bench.flat_program import capture, without_node_patches
 
             for variant in VARIANTS:
-                (self.dir / f"plan-{variant}.json").write_text(json.dumps(capture(fleet_config(nodes, variant))))
+                plan = capture(fleet_config(nodes, variant))
+                if program == "no-patches":
+                    plan = without_node_patches(plan)
+                (self.dir / f"plan-{variant}.json").write_text(json.dumps(plan))
         self.env = {**world.env, "PULUMI_BACKEND_URL": f"file://{self.backend}", "KUBECONFIG": str(world.bench_kubeconfig)}
         self.world.run(["pulumi", "stack", "init", STACK, "--non-interactive"], cwd=self.dir, env=self.env)
 
@@ -362,14 +367,14 @@ def _summary(text: str) -> str:
     return ", ".join(block)
 
 
-def measure_program(program: str, nodes: int, keep: bool = False) -> list[dict]:
+def measure_program(program: str, nodes: int, keep: bool = False, ops=OPS) -> list[dict]:
     tmp = Path(tempfile.mkdtemp(prefix=f"dualsched-bench-engine-{nodes}-{program}-"))
     world = World(tmp, nodes)
     try:
         world.up()
         project = Project(world, program, nodes)
         rows = []
-        for op in OPS:
+        for op in ops:
             row = project.op(op)
             log(f"{nodes} nodes {program:7s} {op:8s} {row['seconds']:7.1f}s cpu {row['cpu_seconds']:6.1f}s "
                 f"rss {row['rss_engine_mib']:.0f}/{row['rss_program_mib']:.0f}/{row['rss_provider_mib']:.0f} MiB "
@@ -478,13 +483,16 @@ def _mem_gib() -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
+    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS + EXTRA_PROGRAMS)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "engine-results.json", help="raw rows (appended per size)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "ENGINE-RESULTS.md")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
+    parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS, help="a prefix of the operations (up first)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report from --json")
     args = parser.parse_args(argv)
+    if args.ops[0] != "up":
+        parser.error("--ops must start with up")
     command = "python -m bench.engine" + ("" if args.sizes == list(SIZES) else " --sizes " + " ".join(map(str, args.sizes)))
 
     if args.report_only:
@@ -493,7 +501,7 @@ def main(argv=None) -> int:
         rows = []
         for nodes in args.sizes:
             for program in args.programs:
-                rows += measure_program(program, nodes, keep=args.keep)
+                rows += measure_program(program, nodes, keep=args.keep, ops=args.ops)
             if not args.no_write:
                 old = json.loads(args.json.read_text()) if args.json.exists() else []
                 keep = [r for r in old if (r["nodes"], r["program"]) not in {(r2["nodes"], r2["program"]) for r2 in rows}]

@@ -163,3 +163,27 @@ def build(plan: dict[str, Any]) -> None:
         made.append(_constructor(spec["type"])(spec["name"], opts=opts, **{_snake(k): v for k, v in inputs.items()}))
     for key, value in plan["exports"].items():
         pulumi.export(key, value)
+
+
+def without_node_patches(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan minus its per-node NodePatches: the floor of a design in which no Pulumi resource
+    exists per node (labels written by an in-cluster owner, as the node keeper writes taints)."""
+    resources = plan["resources"]
+    keep = [i for i, r in enumerate(resources) if r["type"] != "kubernetes:core/v1:NodePatch"]
+    new_index = {old: new for new, old in enumerate(keep)}
+
+    def remap(value: Any) -> Any:
+        if isinstance(value, dict):
+            if _REF in value:
+                return {**value, "refs": [[tok, new_index[i], attr] for tok, i, attr in value["refs"]]}
+            return {k: remap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [remap(v) for v in value]
+        return value
+
+    out = []
+    for i in keep:
+        r = resources[i]
+        out.append({**r, "inputs": remap(r["inputs"]) if r["has_refs"] else r["inputs"],
+                    "depends_on": [new_index[d] for d in r["depends_on"] if d in new_index]})
+    return {**plan, "resources": out}

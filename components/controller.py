@@ -30,7 +30,7 @@ from components.programs import source
 from components.tokens import jwt_key_mount, jwt_key_volume
 from components.namespace import SLURMCTLD_PORT
 from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from components.slurm_files import CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
+from components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
 from components.submission import PROGRAM_DIR
 from config.models import StackConfig
 
@@ -38,17 +38,20 @@ CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 """On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""
 RECONFIGURE_INTERVAL = 10
 WINDOW_RESERVATIONS = "window_reservations.sh"
+ACCOUNTING_STATE = "accounting_state.sh"
 PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 
 # The kubelet swaps a changed ConfigMap into the mounted directory atomically; when the files
 # differ from what slurmctld last read, tell it to re-read them. Configless slurmd follow.
 # Every round also makes the inference windows' reservations match their file (it prints nothing
 # when they do): at start, within a round of a change, and back within a round when one was
-# deleted by hand or slurmctld moved a window that began inside its hours.
+# deleted by hand or slurmctld moved a window that began inside its hours. Likewise slurmdbd's QOS,
+# accounts and associations are made to match theirs (accounting_state.sh; nothing without accounting).
 RECONFIGURE_LOOP = (
     f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
     "while :; do "
     f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
+    f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
     f"sleep {RECONFIGURE_INTERVAL}; "
     f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
     '[ "$now" = "$seen" ] && continue; '
@@ -154,7 +157,7 @@ class SlurmController(pulumi.ComponentResource):
         programs = k8s.core.v1.ConfigMap(
             f"{name}-programs",
             metadata=meta(name=PROGRAMS_CONFIG_MAP, namespace=args.namespace, labels=pod_labels),
-            data={WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS)},
+            data={name: source(name) for name in (WINDOW_RESERVATIONS, ACCOUNTING_STATE)},
             opts=child(self),
         )
         statefulset = k8s.apps.v1.StatefulSet(

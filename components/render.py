@@ -41,7 +41,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import pulumi
 import yaml
@@ -347,15 +347,17 @@ def render_config(
     _run_in_config(engine, lambda: _sync_await(run_pulumi_func(lambda: runnable.run(config))))
     if render.transforms:
         raise TransformsRefused(render.transforms)
-    render.slurm_files = slurm_files(render.objects)
+    render.slurm_files = slurm_files(obj.manifest for obj in render.objects)
     return render
 
 
-def slurm_files(objects: list[RenderedObject]) -> dict[str, str]:
-    """The Slurm files as the cluster gets them: the data of the program's Slurm config ConfigMap (none
-    without Slurm; none either with several, which slurm-files/ could not tell apart)."""
-    maps = [obj for obj in objects if obj.kind == "ConfigMap" and is_slurm_config(obj.manifest)]
-    return dict(maps[0].manifest.get("data") or {}) if len(maps) == 1 else {}
+def slurm_files(manifests: Iterable[Optional[Mapping[str, Any]]]) -> dict[str, str]:
+    """The Slurm files as the cluster gets them: the data of the Slurm config ConfigMap. None without
+    one, nor with several that differ (two clusters in one program), which slurm-files/ could not tell apart."""
+    found = {json.dumps(m.get("data") or {}, sort_keys=True) for m in manifests if m and is_slurm_config(m)}
+    if len(found) != 1:
+        return {}
+    return {name: text for name, text in json.loads(found.pop()).items() if isinstance(text, str)}
 
 
 def is_slurm_config(manifest: Mapping[str, Any]) -> bool:
@@ -485,6 +487,8 @@ def replace_render(render: Render, out: Path, previous: set[str]) -> list[Path]:
 
 def format_summary(render: Render) -> str:
     counts = render.summary()
+    if not counts:
+        return "  (no Kubernetes objects)"
     width = max(len(kind) for kind in counts)
     lines = [f"  {kind:<{width}}  {count:>5}" for kind, count in sorted(counts.items())]
     lines.append(f"  {'total':<{width}}  {sum(counts.values()):>5}")

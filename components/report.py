@@ -62,6 +62,7 @@ from components.render import (
     is_slurm_config,
     load_source,
     render_source,
+    slurm_files,
     stack_path,
     write_render,
 )
@@ -347,15 +348,8 @@ def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict
             objects[_identity(manifest)] = manifest
     files = {name: (directory / "slurm-files" / name).read_text() for name in SLURM_FILES if (directory / "slurm-files" / name).is_file()}
     if not files:
-        files = _files_from_configmaps(objects.values())
+        files = slurm_files(objects.values())
     return objects, files
-
-
-def _files_from_configmaps(manifests: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    for manifest in manifests:
-        if manifest and is_slurm_config(manifest):
-            return {name: text for name, text in (manifest.get("data") or {}).items() if isinstance(text, str)}
-    return {}
 
 
 def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
@@ -490,7 +484,7 @@ def plan_from_preview(document: Mapping[str, Any]) -> Plan:
         plan.changes.append(change)
     plan.nodes_before, plan.nodes_after = _nodes(before_all), _nodes(after_all)
     plan.taints_before, plan.taints_after = _node_taints(before_all), _node_taints(after_all)
-    plan.files_before, plan.files_after = _files_from_configmaps(before_all), _files_from_configmaps(after_all)
+    plan.files_before, plan.files_after = slurm_files(before_all), slurm_files(after_all)
     return plan
 
 
@@ -929,6 +923,15 @@ def render_markdown(plan: Plan, title: str = "dualsched change report") -> str:
 # --------------------------------------------------------------------------------- CLI
 
 
+SIDES_HELP = """\
+Compare --base with --head, each a render directory or a stack file; --stack / --stack-file give the
+head as a stack file. A stack file is rendered first, with this checkout's program, as
+components.render would: right for a change of config; for a change of the program, render each
+checkout with its own code and compare the directories. Or read --preview.
+
+"""
+
+
 def _preview(path: Path) -> Mapping[str, Any]:
     try:
         document = json.loads(path.read_text())
@@ -964,7 +967,7 @@ def _plan_from_sides(args: argparse.Namespace, head: Path) -> Plan:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m components.report", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        prog="python -m components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--base", type=Path, help="the base: a render directory, or a stack file to render")

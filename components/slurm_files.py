@@ -10,6 +10,7 @@ and a temporary directory. Same templates for both.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
@@ -17,13 +18,23 @@ from typing import Mapping, Optional
 import hostlist
 import jinja2
 
-from config.models import CgroupVersion, DatabaseMode, GpuAutoDetect, PoolMode, StackConfig
+from config.models import (
+    CgroupVersion, DatabaseMode, GpuAutoDetect, PoolMode, PreemptType, StackConfig, TresLimit,
+)
 
 TEMPLATES = Path(__file__).parent / "templates"
 WINDOW_RESERVATIONS_FILE = "window-reservations"
 """The reservations components/programs/window_reservations.sh makes slurmctld hold. Not a Slurm
 file: slurmctld never reads it, and without ``.conf`` the reconfigure sidecar reloads no Slurm for it."""
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", WINDOW_RESERVATIONS_FILE)
+ACCOUNTING_STATE_FILE = "accounting-state"
+"""The QOS, accounts and users' associations components/programs/accounting_state.sh keeps in slurmdbd.
+Not a Slurm file either: nothing reloads Slurm for it."""
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", WINDOW_RESERVATIONS_FILE, ACCOUNTING_STATE_FILE)
+OWNER_MARKER = "dualsched:"
+"""Description of the QOS and accounts accounting_state.sh created, followed by the cluster's name: it
+deletes those (and only those) the file no longer lists."""
+TRACKED_TRES = (("cpus", "cpu"), ("gpus", "gres/gpu"), ("nodes", "node"))
+"""TresLimit field -> the TRES name sacctmgr takes and prints (sorted by name)."""
 WINDOW_RESERVATION_PREFIX = "dualsched-window-"
 """Reservations named so belong to window_reservations.sh: it deletes those its file no longer lists."""
 
@@ -215,6 +226,146 @@ def _window_lines(config: StackConfig) -> list[_WindowLine]:
     ]
 
 
+# ------------------------------------------------------------- preemption and accounting state
+
+PREEMPT_TYPES = {
+    PreemptType.OFF: "preempt/none",
+    PreemptType.QOS: "preempt/qos",
+    PreemptType.PARTITION_PRIO: "preempt/partition_prio",
+}
+
+_TIME = re.compile(r"(?:(?P<days>\d+)-)?(?P<rest>[\d:]+)$")
+
+
+def slurm_seconds(value: str) -> Optional[int]:
+    """A Slurm time (config.types.SlurmTime) in seconds; None for INFINITE/UNLIMITED.
+
+    The forms of slurm.conf(5): minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+    days-hours:minutes, days-hours:minutes:seconds (src/common/parse_time.c time_str2secs)."""
+    if value.upper() in ("INFINITE", "UNLIMITED"):
+        return None
+    match = _TIME.match(value)
+    if match is None:
+        raise ValueError(f"not a Slurm time: {value!r}")
+    days = int(match["days"]) if match["days"] is not None else None
+    parts = [int(part) for part in match["rest"].split(":")]
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def print_seconds(seconds: int) -> str:
+    """A duration as sacctmgr prints it (secs2time_str): [days-]HH:MM:SS."""
+    days, rest = divmod(seconds, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _qos_seconds(value: Optional[str]) -> str:
+    seconds = slurm_seconds(value) if value is not None else None
+    return "" if seconds is None else print_seconds(seconds)
+
+
+def _qos_minutes(value: Optional[str]) -> str:
+    """MaxWall is kept in whole minutes, a part minute rounded up (time_str2mins)."""
+    seconds = slurm_seconds(value) if value is not None else None
+    return "" if seconds is None else print_seconds((seconds + 59) // 60 * 60)
+
+
+def print_tres(limit: TresLimit) -> str:
+    """A TRES limit as sacctmgr prints it: name=count, sorted by name, nothing when unlimited."""
+    counts = sorted((name, getattr(limit, field)) for field, name in TRACKED_TRES if getattr(limit, field) is not None)
+    return ",".join(f"{name}={count}" for name, count in counts)
+
+
+@dataclass(frozen=True)
+class _QosLine:
+    name: str
+    priority: int
+    preempt: str
+    preempt_mode: str
+    preempt_exempt_time: str
+    usage_factor: str
+    max_wall: str
+    max_tres_per_user: str
+    grp_tres: str
+    max_jobs_per_user: str
+
+    @property
+    def options(self) -> str:
+        """Its Option=Value words in accounting_state.sh's order; an unset option is left out."""
+        values = (
+            ("Priority", str(self.priority)), ("Preempt", self.preempt), ("PreemptMode", self.preempt_mode),
+            ("PreemptExemptTime", self.preempt_exempt_time), ("UsageFactor", self.usage_factor),
+            ("MaxWall", self.max_wall), ("MaxTRESPU", self.max_tres_per_user), ("GrpTRES", self.grp_tres),
+            ("MaxJobsPU", self.max_jobs_per_user),
+        )  # fmt: skip
+        return " ".join(f"{option}={value}" for option, value in values if value)
+
+
+@dataclass(frozen=True)
+class _AccountLine:
+    name: str
+    parent: str
+    fairshare: int
+    qos: str
+    default_qos: str
+
+
+@dataclass(frozen=True)
+class _UserLine:
+    name: str
+    account: str
+    default_account: str
+
+
+def _qos_lines(config: StackConfig) -> list[_QosLine]:
+    return [
+        _QosLine(
+            name=qos.name,
+            priority=qos.priority,
+            preempt=",".join(sorted(set(qos.preempt))),
+            preempt_mode=qos.preempt_mode.value,
+            preempt_exempt_time=_qos_seconds(qos.preempt_exempt_time),
+            usage_factor=f"{qos.usage_factor:f}",
+            max_wall=_qos_minutes(qos.max_wall),
+            max_tres_per_user=print_tres(qos.max_tres_per_user),
+            grp_tres=print_tres(qos.grp_tres),
+            max_jobs_per_user="" if qos.max_jobs_per_user is None else str(qos.max_jobs_per_user),
+        )
+        for qos in config.slurm.qos
+    ]
+
+
+def _account_lines(config: StackConfig) -> list[_AccountLine]:
+    return [
+        _AccountLine(
+            name=account.name,
+            parent=account.parent,
+            fairshare=account.fairshare,
+            qos=",".join(sorted(set(account.qos))),
+            default_qos=account.default_qos or account.qos[0],
+        )
+        for account in config.slurm.accounts  # config.checks: parents first
+    ]
+
+
+def _user_lines(config: StackConfig) -> list[_UserLine]:
+    defaults = {user.name: user.default_account for user in config.slurm.users}
+    firsts: dict[str, str] = {}
+    lines = []
+    for account in config.slurm.accounts:
+        for user in dict.fromkeys(account.users):
+            firsts.setdefault(user, account.name)
+            lines.append(_UserLine(name=user, account=account.name, default_account=defaults.get(user) or firsts[user]))
+    return lines
+
+
 def compact_hostlist(expression: str) -> str:
     """Normalise a hostlist expression to Slurm's compact range form: gpu-[001-512]."""
     return hostlist.collect_hostlist(hostlist.expand_hostlist(expression))
@@ -231,13 +382,19 @@ _environment = jinja2.Environment(
 
 
 def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
-    """slurm.conf, gres.conf, cgroup.conf and the window reservations for the cluster at this site."""
+    """slurm.conf, gres.conf, cgroup.conf, the window reservations and the accounting state for the cluster at this site."""
     context = {
         "config": config,
         "site": site,
         "pools": _node_lines(config, site),
         "partitions": _partition_lines(config),
         "windows": _window_lines(config),
+        "preempt_type": PREEMPT_TYPES[config.slurm.preemption.type],
+        "manages_accounts": bool(config.slurm.accounts),
+        "owner_marker": f"{OWNER_MARKER}{config.slurm.cluster_name}",
+        "qos_lines": _qos_lines(config),
+        "account_lines": _account_lines(config),
+        "user_lines": _user_lines(config),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 
@@ -260,7 +417,7 @@ def config_hash(files: Mapping[str, str]) -> str:
 # slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`;
 # before Slurm 23.11 so does adding or removing nodes. Everything else is reloaded in place.
 RESTART_KEYS = (
-    "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
+    "AccountingStorageEnforce", "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
     "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort",
     "SlurmUser", "StateSaveLocation", "TaskPlugin",
 )

@@ -25,6 +25,9 @@ from config.models import (
     Taint,
     Toleration,
     SYSTEM_ACCOUNTS,
+    PreemptMode,
+    PreemptType,
+    QosPreemptMode,
 )
 from config.quantities import parse_quantity
 from config.types import image_is_pinned, is_dns_label
@@ -467,6 +470,174 @@ def namespaces_distinct(config: StackConfig) -> Iterator[Problem]:
         used.setdefault(namespace, path)
 
 
+# ------------------------------------------------------------------ QOS, preemption and accounts
+
+SLURM_QOS = "normal"
+"""The QOS slurmdbd creates with its database: accounts may name it without listing it in slurm.qos."""
+SLURM_ROOT_ACCOUNT = "root"
+
+
+def _preempt_cycle(edges: dict[str, tuple[str, ...]], start: str) -> Optional[list[str]]:
+    """The first cycle through ``start`` along the preempt lists, as [start, ..., start], or None."""
+    trail: list[str] = [start]
+
+    def walk(name: str, seen: set[str]) -> Optional[list[str]]:
+        for target in edges.get(name, ()):
+            if target == start:
+                return [*trail, start]
+            if target not in seen:
+                seen.add(target)
+                trail.append(target)
+                found = walk(target, seen)
+                if found:
+                    return found
+                trail.pop()
+        return None
+
+    return walk(start, {start})
+
+
+@_with("slurm")
+def qos_are_consistent(config: StackConfig) -> Iterator[Problem]:
+    """QOS names are unique; a preempt list names other QOS of the config, without a cycle, and only
+    preempt/qos reads it."""
+    slurm = config.slurm
+    names = [qos.name for qos in slurm.qos]
+    repeated = _duplicates(names)
+    known = set(names) | {SLURM_QOS}
+    by_qos = preempts(config)
+    for index, qos in enumerate(slurm.qos):
+        path = f"slurm.qos[{index}]"
+        if qos.name in repeated:
+            yield Problem(f"{path}.name", "name is used more than once", qos.name)
+        for p_index, target in enumerate(qos.preempt):
+            if target == qos.name:
+                yield Problem(f"{path}.preempt[{p_index}]", "a QOS does not preempt its own jobs", target)
+            elif target not in known:
+                yield Problem(f"{path}.preempt[{p_index}]", f"no QOS of that name in slurm.qos (nor Slurm's '{SLURM_QOS}')",
+                              target)
+        cycle = _preempt_cycle(by_qos, qos.name) if qos.name not in repeated else None
+        if cycle and len(cycle) > 2 and min(cycle[:-1]) == qos.name:  # each cycle once, at its first name
+            yield Problem(f"{path}.preempt", f"preemption cycle {' -> '.join(cycle)}: jobs would preempt each other "
+                          "back and forth", list(qos.preempt))
+        if slurm.preemption.type is not PreemptType.QOS:
+            if qos.preempt:
+                yield Problem(f"{path}.preempt", "preempts nothing unless slurm.preemption.type is 'qos'", list(qos.preempt))
+            if qos.preempt_mode is not QosPreemptMode.CLUSTER:
+                yield Problem(f"{path}.preemptMode", "applies only when slurm.preemption.type is 'qos'", qos.preempt_mode)
+
+
+def preempts(config: StackConfig) -> dict[str, tuple[str, ...]]:
+    """QOS name -> the QOS it preempts (other than itself)."""
+    return {qos.name: tuple(t for t in qos.preempt if t != qos.name) for qos in config.slurm.qos}
+
+
+@_with("slurm")
+def preemption_is_possible(config: StackConfig) -> Iterator[Problem]:
+    """The preemption settings preempt something, and in a way Slurm does on GPUs."""
+    slurm = config.slurm
+    preemption = slurm.preemption
+    if preemption.type is PreemptType.OFF:
+        if preemption.exempt_time is not None:
+            yield Problem("slurm.preemption.exemptTime", "has no effect while slurm.preemption.type is 'off'",
+                          preemption.exempt_time)
+        return
+    if preemption.mode is PreemptMode.SUSPEND:
+        yield Problem("slurm.preemption.mode", "a suspended job keeps its GPUs (slurm.conf(5): \"Suspended jobs will not "
+                      "release GRES\"), so no GPU job could preempt it: use 'requeue' or 'cancel'", preemption.mode)
+    if preemption.type is PreemptType.QOS:
+        if not slurm.accounting.enabled:
+            yield Problem("slurm.preemption.type", "preempt/qos reads the QOS from accounting: enable slurm.accounting",
+                          preemption.type)
+        if not any(preempts(config).values()):
+            yield Problem("slurm.preemption.type", "no QOS in slurm.qos lists another in its preempt list, so no job "
+                          "would preempt any", preemption.type)
+    elif preemption.type is PreemptType.PARTITION_PRIO:
+        tiers: dict[str, set[int]] = {}
+        for partition in slurm.partitions:
+            for pool in partition.pools:
+                tiers.setdefault(pool, set()).add(partition.priority_tier)
+        if not any(len(found) > 1 for found in tiers.values()):
+            yield Problem("slurm.preemption.type", "no two partitions over the same pool have different priorityTier, "
+                          "so no job would preempt any", preemption.type)
+
+
+@_with("slurm")
+def accounts_are_consistent(config: StackConfig) -> Iterator[Problem]:
+    """Accounts form a tree under root, name known QOS and users, and need accounting; QOS are given
+    through accounts."""
+    slurm = config.slurm
+    if (slurm.accounts or slurm.qos) and not slurm.accounting.enabled:
+        what = "slurm.accounts" if slurm.accounts else "slurm.qos"
+        yield Problem(what, "accounts and QOS live in slurmdbd: enable slurm.accounting",
+                      [item.name for item in (slurm.accounts or slurm.qos)])
+    if slurm.qos and not slurm.accounts:
+        yield Problem("slurm.accounts", "jobs use a QOS through an account's association: list the accounts that may "
+                      "use slurm.qos", MISSING)
+    qos_names = {qos.name for qos in slurm.qos} | {SLURM_QOS}
+    users = {user.name for user in slurm.users}
+    repeated = _duplicates([account.name for account in slurm.accounts])
+    earlier: set[str] = set()
+    for index, account in enumerate(slurm.accounts):
+        path = f"slurm.accounts[{index}]"
+        if account.name == SLURM_ROOT_ACCOUNT:
+            yield Problem(f"{path}.name", "is Slurm's own root account, the parent of all others", account.name)
+        elif account.name in repeated:
+            yield Problem(f"{path}.name", "name is used more than once", account.name)
+        if account.parent != SLURM_ROOT_ACCOUNT and account.parent not in earlier:
+            yield Problem(f"{path}.parent", "must be root or an account listed before this one", account.parent)
+        for q_index, name in enumerate(account.qos):
+            if name not in qos_names:
+                yield Problem(f"{path}.qos[{q_index}]", f"no QOS of that name in slurm.qos (nor Slurm's '{SLURM_QOS}')", name)
+        if account.default_qos is not None and account.default_qos not in account.qos:
+            yield Problem(f"{path}.defaultQos", f"must be one of the account's qos ({', '.join(account.qos)})",
+                          account.default_qos)
+        twice = _duplicates(list(account.users))
+        for u_index, name in enumerate(account.users):
+            if name not in users:
+                yield Problem(f"{path}.users[{u_index}]", "is not one of slurm.users", name)
+            elif name in twice:
+                yield Problem(f"{path}.users[{u_index}]", "is listed more than once", name)
+        earlier.add(account.name)
+
+
+def user_accounts(config: StackConfig) -> dict[str, list[str]]:
+    """User -> the accounts listing them, in config order."""
+    accounts: dict[str, list[str]] = {}
+    for account in config.slurm.accounts:
+        for user in account.users:
+            if account.name not in accounts.setdefault(user, []):
+                accounts[user].append(account.name)
+    return accounts
+
+
+@_with("slurm")
+def users_have_accounts(config: StackConfig) -> Iterator[Problem]:
+    """With accounts, slurm.conf enforces associations: every user, and every submission identity's
+    account, is one of the user's accounts."""
+    slurm = config.slurm
+    member_of = user_accounts(config)
+    for index, user in enumerate(slurm.users):
+        if not slurm.accounts:
+            if user.default_account is not None:
+                yield Problem(f"slurm.users[{index}].defaultAccount", "there are no slurm.accounts", user.default_account)
+            continue
+        mine = member_of.get(user.name, [])
+        if not mine:
+            yield Problem(f"slurm.users[{index}].name", "is in no account of slurm.accounts, and with accounts Slurm refuses "
+                          "the jobs of a user without one (AccountingStorageEnforce=associations)", user.name)
+        elif user.default_account is not None and user.default_account not in mine:
+            yield Problem(f"slurm.users[{index}].defaultAccount", f"must be an account listing the user ({', '.join(mine)})",
+                          user.default_account)
+    if not slurm.accounts:
+        return
+    for index, identity in enumerate(config.submission.identities):
+        mine = member_of.get(identity.user, [])
+        if identity.account is not None and mine and identity.account not in mine:
+            yield Problem(f"submission.identities[{index}].account", f"is not an account of user {identity.user} "
+                          f"({', '.join(mine)})", identity.account)
+
+
 CHECKS: tuple[Check, ...] = (
     builds_something,
     pools_without_slurm,
@@ -494,6 +665,10 @@ CHECKS: tuple[Check, ...] = (
     slurm_needs_network,
     submission_needs_slurm,
     namespaces_distinct,
+    qos_are_consistent,
+    preemption_is_possible,
+    accounts_are_consistent,
+    users_have_accounts,
 )
 
 

@@ -456,10 +456,113 @@ class SlurmUser(Model):
     """User id; a job's processes and the files it writes on the shared file system carry it."""
     gid: Optional[int] = Field(None, ge=1000, le=2**31 - 2)
     """Primary group id (a group named like the user). Defaults to the uid."""
+    default_account: Optional[PosixName] = None
+    """With slurm.accounts: the account the user's jobs are charged to without --account (DefaultAccount).
+    One of the accounts listing the user; defaults to the first of them."""
 
     @property
     def group_id(self) -> int:
         return self.uid if self.gid is None else self.gid
+
+
+# ------------------------------------------------------------------ QOS, preemption and accounts
+
+
+class PreemptType(str, Enum):
+    """What decides which jobs may preempt which (slurm.conf PreemptType)."""
+
+    OFF = "off"
+    """preempt/none: no job preempts another."""
+    QOS = "qos"
+    """preempt/qos: a job whose QOS lists another QOS in its preempt list preempts that QOS's jobs."""
+    PARTITION_PRIO = "partition_prio"
+    """preempt/partition_prio: jobs of a higher priorityTier partition preempt jobs of lower tiers on the same nodes."""
+
+
+class PreemptMode(str, Enum):
+    """What happens to a preempted job (slurm.conf PreemptMode)."""
+
+    REQUEUE = "requeue"
+    """The job is requeued (a batch job that may be requeued, see preemption.requeueByDefault), else cancelled."""
+    CANCEL = "cancel"
+    """The job is cancelled."""
+    SUSPEND = "suspend"
+    """Refused by the checks: a suspended job keeps its GPUs (slurm.conf(5): "Suspended jobs will not release GRES")."""
+
+
+class QosPreemptMode(str, Enum):
+    """A QOS's own PreemptMode for its jobs when they are preempted (sacctmgr: Cluster, Cancel, Requeue)."""
+
+    CLUSTER = "cluster"
+    CANCEL = "cancel"
+    REQUEUE = "requeue"
+
+
+class Preemption(Model):
+    """Job preemption: who may take a running job's resources, and what becomes of the job."""
+
+    type: PreemptType = PreemptType.OFF
+    """off, qos (a QOS's preempt list) or partition_prio (partitions' priorityTier)."""
+    mode: PreemptMode = PreemptMode.REQUEUE
+    """PreemptMode for the whole cluster: requeue or cancel (a QOS may set its own)."""
+    exempt_time: Optional[SlurmTime] = None
+    """PreemptExemptTime: how long a job runs before it may be preempted (a QOS may set its own)."""
+    requeue_by_default: bool = True
+    """JobRequeue=1: batch jobs may be requeued unless submitted with --no-requeue. With false only jobs
+    submitted with --requeue are; the others are cancelled when preempted in mode requeue."""
+
+
+class TresLimit(Model):
+    """A limit on trackable resources (TRES); an absent resource is unlimited."""
+
+    gpus: Optional[int] = Field(None, ge=0, le=2**31 - 1)
+    """GPUs (gres/gpu)."""
+    cpus: Optional[int] = Field(None, ge=0, le=2**31 - 1)
+    """CPUs (cpu)."""
+    nodes: Optional[int] = Field(None, ge=0, le=2**31 - 1)
+    """Nodes (node)."""
+
+
+class Qos(Model):
+    """A Slurm QOS kept in accounting by dualsched (sacctmgr add/modify qos)."""
+
+    name: PosixName
+    """QOS name (jobs ask for it with --qos)."""
+    priority: int = Field(0, ge=0, le=2**31 - 1)
+    """Priority: added to a job's priority through PriorityWeightQOS."""
+    preempt: tuple[PosixName, ...] = Field((), max_length=MAX_ITEMS)
+    """QOS whose jobs this QOS's jobs preempt (preemption.type qos)."""
+    preempt_mode: QosPreemptMode = QosPreemptMode.CLUSTER
+    """What becomes of this QOS's jobs when preempted: cluster (preemption.mode), cancel or requeue."""
+    preempt_exempt_time: Optional[SlurmTime] = None
+    """How long this QOS's jobs run before they may be preempted; overrides preemption.exemptTime."""
+    usage_factor: float = Field(1.0, ge=0, le=1000)
+    """UsageFactor: how much of a job's use counts toward fair-share (0.5: half)."""
+    max_wall: Optional[SlurmTime] = None
+    """MaxWall: the longest time limit a job of this QOS may have."""
+    max_tres_per_user: TresLimit = TresLimit()
+    """MaxTRESPerUser: what one user's running jobs of this QOS may hold at once."""
+    grp_tres: TresLimit = TresLimit()
+    """GrpTRES: what all running jobs of this QOS may hold at once."""
+    max_jobs_per_user: Optional[int] = Field(None, ge=0, le=2**31 - 1)
+    """MaxJobsPerUser: running jobs per user."""
+
+
+class SlurmAccount(Model):
+    """A Slurm account (bank) kept in accounting by dualsched, with its users' associations."""
+
+    name: PosixName
+    """Account name (jobs give it with --account)."""
+    parent: PosixName = "root"
+    """Parent account: root or another of slurm.accounts, listed before this one."""
+    fairshare: int = Field(1, ge=1, le=2**31 - 1)
+    """Fairshare: the account's shares among its siblings."""
+    qos: tuple[PosixName, ...] = Field(("normal",), min_length=1, max_length=MAX_ITEMS)
+    """QOS the account's jobs may use: of slurm.qos, or normal (Slurm's own)."""
+    default_qos: Optional[PosixName] = None
+    """QOS of a job that gives no --qos; one of qos, the first of them when absent."""
+    users: tuple[PosixName, ...] = Field((), max_length=4096)
+    """Users (of slurm.users) who may charge jobs to the account."""
 
 
 class Slurm(Model):
@@ -483,6 +586,13 @@ class Slurm(Model):
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts."""
     gpu_auto_detect: GpuAutoDetect = GpuAutoDetect.NVML
     """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1)."""
+    preemption: Preemption = Preemption()
+    """Job preemption (PreemptType, PreemptMode, PreemptExemptTime, JobRequeue)."""
+    qos: tuple[Qos, ...] = Field((), max_length=MAX_ITEMS)
+    """QOS dualsched keeps in accounting: created, changed to match, deleted when dropped (only those it created)."""
+    accounts: tuple[SlurmAccount, ...] = Field((), max_length=4096)
+    """Accounts and their users' associations dualsched keeps in accounting. With any, slurm.conf enforces
+    associations, limits and QOS: a user in no account runs no job."""
 
 
 # --------------------------------------------------------------------------- storage

@@ -3,10 +3,11 @@
 import sys
 from pathlib import Path
 
-# The library is the checkout this directory sits in (components/, config/), not an installed package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The library is the checkout this directory sits in (components/, config/, package/), not an installed
+# package. The checkout replaces this directory on the path, so none of its modules shadows another.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from components.package.cluster import serve  # noqa: E402
+from package.cluster import serve  # noqa: E402
 
 if __name__ == "__main__":
     serve(sys.argv[1:])

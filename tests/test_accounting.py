@@ -316,7 +316,14 @@ def test_external_secret_key_is_honoured():
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_accounting_disabled_creates_none_of_it(stack):
-    rendered = render_raw(variant(stack, lambda raw: raw["slurm"]["accounting"].update(enabled=False)))
+    def disable(raw):
+        raw["slurm"]["accounting"].update(enabled=False)
+        for section in ("qos", "accounts", "preemption"):  # they live in slurmdbd (config.checks)
+            raw["slurm"].pop(section, None)
+        for user in raw["slurm"].get("users", ()):
+            user.pop("defaultAccount", None)
+
+    rendered = render_raw(variant(stack, disable))
     assert not rendered.components("dualsched:accounting:Accounting")
     assert not [d for d in rendered.by_kind("Deployment") if "slurmdbd" in d.name]
     assert {s.name for s in rendered.by_kind("Service")} & {"slurmdbd", "mariadb"} == set()

@@ -13,7 +13,8 @@ import pytest
 
 from components.identity import users_annotation
 from components.controller import (
-    CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS,
+    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP,
+    WINDOW_RESERVATIONS,
 )
 from components.identity import SLURM_UID
 from components.programs import source
@@ -221,9 +222,12 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
     programs = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm")
-    assert programs.manifest["data"] == {WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS)}
+    assert programs.manifest["data"] == {
+        WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS), ACCOUNTING_STATE: source(ACCOUNTING_STATE),
+    }
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
     assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
+    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in RECONFIGURE_LOOP
     assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 

@@ -399,6 +399,7 @@ BAD_PROGRAMS = {
                       "not 2 arguments (got 'bad_arity:main')"),
     "raises": ("bad_raises:main", "def main():\n    raise ValueError('no such pool')\n",
                "--program: stopped the render with ValueError: no such pool (at bad_raises.py:2) (got 'bad_raises:main')"),
+    "no-signature": ("builtins:ValueError", None, "--program: is not a function the render can call (got 'builtins:ValueError')"),
     "main-module": ("__main__:main", None, "--program: cannot be a __main__.py: move the program into a module of its own "
                                            "(infra.py) that __main__.py calls, and name that (got '__main__:main')"),
 }

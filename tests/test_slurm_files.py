@@ -83,6 +83,7 @@ SLURM_CONF_KEYS = {
     "PriorityWeightTRES", "AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort",
     "AccountingStorageTRES", "JobAcctGatherType", "JobAcctGatherFrequency", "SlurmctldTimeout", "SlurmdTimeout",
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
+    "AccountingStorageEnforce", "PriorityWeightQOS", "PreemptType", "PreemptMode", "PreemptExemptTime", "JobRequeue",
 }
 NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}

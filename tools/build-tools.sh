@@ -182,22 +182,23 @@ build_pulumi-language-python() {
   [ -x "$out/pulumi-resource-pulumi-python" ]
 }
 
-# ------------------------------------------------ YAML language host (upstream main, our sdk/pkg pins)
-# github.com/pulumi/pulumi-yaml has no replaces; its go.mod asks for an older pkg/v3 and sdk/v3,
-# which the wrapper raises to the CLI's ($PULUMI_VERSION) so both share one engine API and the
-# module/build caches the CLI filled (and pkg/v3 needs the same clipboard/x/text replaces as the CLI).
+# ------------------------------------------------ YAML language host (upstream main)
+# github.com/pulumi/pulumi-yaml has no replaces. It is built against the pkg/v3 and sdk/v3 its own go.mod
+# names (v1.25.0: v3.206.0, served by the proxy): pkg/v3 v3.274.0 changed APIs it calls
+# (schema.NewPluginLoader, plugin.NewContextWithRoot), and the language host gRPC protocol between it
+# and the v3.274.0 CLI is stable. pkg/v3 needs the CLI's clipboard replace and sdk/v3's x/text one.
 build_pulumi-language-yaml() {
-  local v=$PULUMI_YAML_VERSION d out
+  local v=$PULUMI_YAML_VERSION d out sdkv
   d=$(new_wrapper "pulumi-language-yaml-$v" 1.26.6)
   out=$(tool_bindir pulumi-language-yaml); mkdir -p "$out"
   (
     cd "$d"
+    sdkv=$(awk '$1=="github.com/pulumi/pulumi/sdk/v3"{print $2; exit}' "$(gomod_file "github.com/pulumi/pulumi-yaml@$v")")
+    [ -n "$sdkv" ] || exit 1
     go mod edit -replace=github.com/atotto/clipboard=github.com/tgummerer/clipboard@v0.0.0-20241001131231-d02d263e614e
-    local sdkmod; sdkmod=$(gomod_file "github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION")
-    local xt; xt=$(awk '/^replace golang.org\/x\/text =>/{print $5}' "$sdkmod")
+    local xt; xt=$(awk '/^replace golang.org\/x\/text =>/{print $5}' "$(gomod_file "github.com/pulumi/pulumi/sdk/v3@$sdkv")")
     [ -n "$xt" ] && go mod edit -replace="golang.org/x/text=golang.org/x/text@$xt"
-    go mod edit -require="github.com/pulumi/pulumi-yaml@$v" \
-      -require="github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION" -require="github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION"
+    go mod edit -require="github.com/pulumi/pulumi-yaml@$v"
     go get -tool "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml@$v"
     go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=$v" \
       -o "$out/pulumi-language-yaml" github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml
@@ -368,8 +369,15 @@ link_langhost() {
   for f in pulumi-language-python pulumi-language-python-exec pulumi-resource-pulumi-python; do
     ln -sfn "$lb/$f" "$pb/$f"
   done
-  lb=$(tool_bindir pulumi-language-yaml)
-  [ -x "$lb/pulumi-language-yaml" ] && ln -sfn "$lb/pulumi-language-yaml" "$pb/pulumi-language-yaml"
+  # The YAML host loads a component package written in Python (the dualsched package) itself, and looks
+  # for pulumi-language-python next to its own binary (not next to pulumi): link the Python host there too.
+  local yb; yb=$(tool_bindir pulumi-language-yaml)
+  if [ -x "$yb/pulumi-language-yaml" ]; then
+    ln -sfn "$yb/pulumi-language-yaml" "$pb/pulumi-language-yaml"
+    for f in pulumi-language-python pulumi-language-python-exec pulumi-resource-pulumi-python; do
+      ln -sfn "$lb/$f" "$yb/$f"
+    done
+  fi
   return 0
 }
 

@@ -1,6 +1,6 @@
 """The component other languages use: `dualsched:index:Cluster`, the whole DualScheduledCluster.
 
-Its inputs are the dualsched config itself (components/package/types.py, generated from config/models.py),
+Its inputs are the dualsched config itself (package/config_types.py, generated from config/models.py),
 so a YAML or TypeScript program writes the same keys as a stack file's ``dualsched:`` section:
 
     resources:
@@ -32,17 +32,13 @@ from pulumi.runtime import rpc
 from pydantic import BaseModel
 
 from components.cluster import DualScheduledCluster
-from components.package.types import ClusterConfig
+from package.config_types import ClusterConfig
 from config.checks import Problem
 from config.loader import HIDDEN, SECRET_FIELDS, ConfigError, parse_stack_config
 from config.models import StackConfig
 
 PACKAGE = "dualsched"
 SOURCE = "dualsched:index:Cluster '{name}'"
-
-
-class UnknownValue(Exception):
-    """A config value the engine does not know yet (computed by another resource)."""
 
 
 def _peek(value: pulumi.Output[Any]) -> tuple[Any, bool, bool, set[pulumi.Resource]]:
@@ -87,10 +83,11 @@ def _resolve(value: Any, path: str, found: _Resolved) -> Any:
 
 
 def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
-    for arg in (annotation, *typing.get_args(annotation)):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-        found = _model_of(arg) if typing.get_args(arg) else None
+    """The config model a field holds (itself, in a list or Optional), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
         if found is not None:
             return found
     return None
@@ -121,7 +118,8 @@ def _secret_field_path(path: str) -> bool:
 def config_from_inputs(inputs: Mapping[str, Any], name: str) -> tuple[StackConfig, set[pulumi.Resource]]:
     """Validate the component's inputs as a dualsched config; raise ConfigError with every problem."""
     found = _Resolved()
-    raw = to_config_keys(_resolve(dict(inputs), "", found))
+    # keys first, so a problem names the config path; again after, for the inside of a resolved Output
+    raw = to_config_keys(_resolve(to_config_keys(dict(inputs)), "", found))
     raw = {k: v for k, v in raw.items() if v is not None}
     source = SOURCE.format(name=name)
     problems = [
@@ -142,22 +140,18 @@ def config_from_inputs(inputs: Mapping[str, Any], name: str) -> tuple[StackConfi
 
 
 def invalid_inputs(error: ConfigError) -> InputPropertiesError:
-    """The engine's invalid-input error: the whole message, and one entry per problem."""
+    """The engine's invalid-input error: the whole message, and one entry per problem (the engine adds the
+    property's value to each entry, so a problem whose value may be a secret gets none)."""
     return InputPropertiesError(
         str(error),
-        [{"property_path": p.path, "reason": f"{p.message} (got {HIDDEN if p.value is HIDDEN else _short(p)})"} for p in error.problems],
+        [{"property_path": p.path, "reason": p.message} for p in error.problems if p.value is not HIDDEN],
     )
-
-
-def _short(problem: Problem) -> str:
-    text = str(problem)
-    return text[text.rfind("(got ") + 5 : -1] if "(got " in text else ""
 
 
 class Cluster(pulumi.ComponentResource):
     """A dualsched cluster: Slurm and Kubernetes side by side on one GPU fleet (DualScheduledCluster).
 
-    Inputs are the keys of a stack's `dualsched:` config (docs/configuration.md); leave out `slurm` for
+    Inputs are the keys of a stack's `dualsched:` config (the README's Configuration reference); leave out `slurm` for
     model servers only, or `inference` for Slurm only. Every value must be known at construction.
     """
 
@@ -171,7 +165,7 @@ class Cluster(pulumi.ComponentResource):
     """Model name -> its in-cluster URL."""
 
     def __init__(self, name: str, args: ClusterConfig, opts: Optional[pulumi.ResourceOptions] = None):
-        # Validated before anything is registered (the package's provider does it first, see CONSTRUCT):
+        # Validated before anything is registered (the package's provider does it first, see serve()):
         # a Python program constructing this class directly gets the same ConfigError.
         config, depends = config_from_inputs(args, name)
         super().__init__(f"{PACKAGE}:index:Cluster", name, {}, opts)
@@ -192,9 +186,21 @@ class Cluster(pulumi.ComponentResource):
 
 
 COMPONENTS: list[type[pulumi.ComponentResource]] = [Cluster]
+VERSION = "0.1.0"
 
 
-def serve(args: Iterable[str], version: str = "0.1.0") -> None:
+def schema() -> dict[str, Any]:
+    """The package schema, inferred from the type hints as the provider does (package/schema.json)."""
+    from pulumi.provider.experimental.analyzer import Analyzer
+    from pulumi.provider.experimental.schema import generate_schema
+
+    found = Analyzer(PACKAGE).analyze(COMPONENTS)
+    return generate_schema(
+        PACKAGE, VERSION, None, found["component_definitions"], found["type_definitions"], found["dependencies"]
+    ).to_json()
+
+
+def serve(args: Iterable[str]) -> None:
     """Run the component provider (package/__main__.py): schema inferred from the type hints above."""
     from pulumi.provider import main
     from pulumi.provider.experimental.component import ComponentProvider
@@ -209,4 +215,4 @@ def serve(args: Iterable[str], version: str = "0.1.0") -> None:
                 raise invalid_inputs(error) from None
             return super().construct(name, resource_type, inputs, options)
 
-    main(Provider(COMPONENTS, PACKAGE, None, version), list(args))
+    main(Provider(COMPONENTS, PACKAGE, None, VERSION), list(args))
