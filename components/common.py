@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from config.models import Resources, ResourceList, StackConfig, Taint
+from config.models import NOBODY_UID, Resources, ResourceList, StackConfig, Taint
 
 PART_OF = "dualsched"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -106,6 +106,15 @@ def locked_down(
         run_as_user=run_as_user,
         run_as_group=run_as_user if run_as_group is None else run_as_group,
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=list(add_capabilities) or None),
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
+def pod_runs_as_nobody(fs_group: bool = False) -> k8s.core.v1.PodSecurityContextArgs:
+    """Every container of the pod as nobody (uid and group), under the runtime's seccomp profile;
+    with ``fs_group``, mounted volumes are group-readable by nobody too."""
+    return k8s.core.v1.PodSecurityContextArgs(
+        run_as_non_root=True, run_as_user=NOBODY_UID, run_as_group=NOBODY_UID, fs_group=NOBODY_UID if fs_group else None,
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
     )
 

@@ -16,7 +16,9 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, tolerations_for
+from components.common import (
+    bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
+)
 from components.programs import source
 from config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
@@ -123,10 +125,7 @@ class NodeKeeper(pulumi.ComponentResource):
             automount_service_account_token=True,  # its own token, for the node GETs and PATCHes
             affinity=off_gpu_pools(config.placement.pool_label),
             tolerations=tolerations_for(kept_taints(config)) or None,
-            security_context=k8s.core.v1.PodSecurityContextArgs(
-                run_as_non_root=True, run_as_user=NOBODY_UID, run_as_group=NOBODY_UID, fs_group=NOBODY_UID,
-                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-            ),
+            security_context=pod_runs_as_nobody(fs_group=True),
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="keeper",

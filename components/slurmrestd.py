@@ -16,7 +16,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import (
-    config_map_volume, control_daemon_placement, deployment_with_service, empty_dir, labels, locked_down, mount, tcp_probe,
+    config_map_volume, control_daemon_placement, deployment_with_service, empty_dir, labels, locked_down, mount, pod_runs_as_nobody,
+    tcp_probe,
 )
 from components.identity import identity_mounts, identity_volume
 from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
@@ -64,10 +65,7 @@ class SlurmRestApi(pulumi.ComponentResource):
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
             **control_daemon_placement(config),
-            security_context=k8s.core.v1.PodSecurityContextArgs(
-                run_as_non_root=True, run_as_user=NOBODY_UID, run_as_group=NOBODY_UID,
-                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-            ),
+            security_context=pod_runs_as_nobody(),
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name=RESTD,

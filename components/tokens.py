@@ -19,6 +19,7 @@ import pulumi_random as random
 
 from components.common import (
     bind_cluster_role, child, config_map_volume, control_daemon_placement, deployment_with_service, labels, locked_down, meta, mount,
+    pod_runs_as_nobody,
 )
 from components.programs import source
 from components.programs.token_minter import TOKEN_PATH
@@ -123,10 +124,7 @@ class TokenMinter(pulumi.ComponentResource):
             service_account_name=account,
             automount_service_account_token=True,  # its own token, for TokenReview
             **control_daemon_placement(config),
-            security_context=k8s.core.v1.PodSecurityContextArgs(
-                run_as_non_root=True, run_as_user=NOBODY_UID, run_as_group=NOBODY_UID, fs_group=NOBODY_UID,
-                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-            ),
+            security_context=pod_runs_as_nobody(fs_group=True),
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="minter",

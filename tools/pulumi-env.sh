@@ -7,7 +7,7 @@
 #   export PULUMI_CONFIG_PASSPHRASE=...            # local backend secrets
 #
 # Sets:
-#   PATH += pulumi (with pulumi-language-python + -exec and pulumi-language-yaml linked next to it), kubectl (if built),
+#   PATH += pulumi (with pulumi-language-python + -exec linked next to it), kubectl (if built),
 #           kube-apiserver/controller-manager/scheduler, etcd, kwok   (from $DUALSCHED_TOOLS_CACHE/env.sh)
 #   PULUMI_SKIP_UPDATE_CHECK=true
 #   PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true   (a missing plugin is an error, never a download)
