@@ -11,7 +11,7 @@ import dataclasses
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -402,7 +402,7 @@ def test_a_refused_action_fails_the_run_and_the_rest_goes_on(fake: Fake):
 def test_a_line_not_the_templates_changes_nothing(fake: Fake, line: str):
     fake.state.write_text(fake.state.read_text() + line + "\n")
     done = fake.run()
-    assert done.returncode == 1 and f"not a" in done.stderr and line in done.stderr
+    assert done.returncode == 1 and "not a" in done.stderr and line in done.stderr
     assert fake.actions() == [] and fake.squeues() == []
 
 
