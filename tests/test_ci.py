@@ -83,3 +83,10 @@ def test_only_the_preview_on_main_holds_the_deploy_credentials_in_its_environmen
     assert secrets_of(preview) == DEPLOY_SECRETS
     [checkout] = checks_out(preview)
     assert "ref" not in checkout["with"]  # the pushed commit of main, nothing else
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    """`make test` collects every tier in one session, where pytest imports test modules by basename
+    (rootdir-relative, no packages): two tiers' test_x.py stop the whole run at collection."""
+    names = [path.name for path in (WORKFLOW.parents[2] / "tests").rglob("test_*.py")]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []

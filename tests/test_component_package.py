@@ -1,6 +1,6 @@
 """The component package layer (package/): generated input types, inferred schema, config from inputs.
 
-The real CLI and engine run it in tests/e2e/test_component_package.py (schema from `pulumi package
+The real CLI and engine run it in tests/e2e/test_component_package_engine.py (schema from `pulumi package
 get-schema`, a Pulumi YAML program deploying it); here: what needs no engine.
 """
 
