@@ -178,13 +178,8 @@ def test_bad_config_is_refused_with_the_config_message(world: World):
         pulumi(world, d, "stack", "rm", name, "--yes", "--force", check=False)
 
 
-def shared_volumes(world: World) -> set[str]:
-    return {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/name=shared-storage")["items"]}
-
-
 @pytest.fixture(scope="module")
 def deployed(world: World):
-    volumes_before = shared_volumes(world)
     directory = yaml_program(world.tmp / "yaml-consumer", CONFIG)
     pulumi(world, directory, "stack", "init", STACK)
     preview = timed("package: preview (YAML consumer)", pulumi, world, directory, "preview", "--stack", STACK)
@@ -199,10 +194,6 @@ def deployed(world: World):
                           "--stack", STACK, check=False)
         pulumi(world, directory, "stack", "rm", STACK, "--yes", "--force", check=False)
         world.cluster("pvs", check=False)  # the state claim took a static PV (Retain): top the pool up
-        # The shared-storage PVs outlive a destroy on purpose (Retain); test_engine.py, in the same
-        # cluster, counts the ones its own stack leaves.
-        for volume in sorted(shared_volumes(world) - volumes_before):
-            world.kubectl("delete", "pv", volume, "--wait=false", check=False)
         assert destroyed.returncode == 0, tail(destroyed.stdout + destroyed.stderr)
 
 

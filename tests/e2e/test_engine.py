@@ -423,7 +423,9 @@ class Destroyed:
 
 @pytest.fixture(scope="module")
 def destroyed(world: World, dedicated: Deployed) -> Destroyed:
-    volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/part-of=dualsched")["items"]}
+    # This stack's shares: a consumer's stack in the same cluster (test_component_package_engine.py)
+    # retains its own, under its own instance name.
+    volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/instance=dualsched-shared")["items"]}
     state_claims = {c["metadata"]["name"] for c in world.kget("pvc", "-n", "slurm")["items"]
                     if c["metadata"]["labels"]["app.kubernetes.io/name"] in ("slurmctld", "mariadb")}
     # Every stack protects its ClusterName lock: a plain destroy (with --skip-preview, as here) deletes
