@@ -33,7 +33,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from tools.control_plane import control_plane_ports  # noqa: E402
 
 TOOLS = ROOT / "tools"
 VENV = ROOT / ".venv"
@@ -61,22 +62,6 @@ TARGETS = {"preview_s": 60, "noop_up_s": 90, "ratio": 1.1, "memory_mib": 1024}
 
 def log(message: str) -> None:
     print(f"[bench-engine {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port(pair: bool = False) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
 
 
 # --------------------------------------------------------------------------- process tree sampling
@@ -157,7 +142,7 @@ class World:
     def __init__(self, tmp: Path, nodes: int):
         self.tmp, self.nodes = tmp, nodes
         self.cluster_dir = tmp / "cluster"
-        self.ports = {"api": free_port(), "etcd": free_port(pair=True), "kcm": free_port(), "scheduler": free_port()}
+        self.ports = control_plane_ports()
         self.env = self._load_env()
 
     def _load_env(self) -> dict[str, str]:

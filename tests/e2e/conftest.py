@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from e2e_support import TIMINGS, TOOLS, VENV, World, copy_project, free_port, load_env, tail
+from e2e_support import TIMINGS, TOOLS, VENV, World, copy_project, load_env, tail
+from tools.control_plane import control_plane_ports
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +33,7 @@ def world(tmp_path_factory) -> World:
         pytest.fail(f"{VENV} missing: run `make venv`")
     tmp = tmp_path_factory.mktemp("e2e")
     cluster_dir = tmp / "cluster"
-    ports = {"api": free_port(), "etcd": free_port(pair=True), "kcm": free_port(), "scheduler": free_port()}
+    ports = control_plane_ports()
     env = load_env(tmp, cluster_dir, ports)
     copy_project(tmp / "project")
     w = World(tmp=tmp, env=env, project=tmp / "project", cluster_dir=cluster_dir)

@@ -7,7 +7,6 @@ import copy
 import json
 import os
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,23 +21,6 @@ VENV = ROOT / ".venv"
 PASSPHRASE = "dualsched-e2e"  # test-only backend in a temp dir
 NEEDED = ("pulumi", "pulumi-language-python", "kubectl", "kube-apiserver", "etcd", "kwok")
 PREFIX = "dualsched:"
-
-
-def free_port(pair: bool = False) -> int:
-    """A free loopback port (and port+1 too when ``pair``: etcd's peer port)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
 
 
 def tail(text: str, lines: int = 40) -> str:

@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from node_support import NodeWorld, shared_directory
-from e2e_support import TIMINGS, VENV, copy_project, free_port, load_env, tail
+from e2e_support import TIMINGS, VENV, copy_project, load_env, tail
+from tools.control_plane import control_plane_ports
+
 
 @pytest.fixture(scope="session")
 def node_world(tmp_path_factory) -> NodeWorld:
@@ -33,7 +35,7 @@ def node_world(tmp_path_factory) -> NodeWorld:
         pytest.fail(f"{VENV} missing: run `make venv`")
     tmp = tmp_path_factory.mktemp("node")
     cluster_dir = tmp / "cluster"
-    ports = {"api": free_port(), "etcd": free_port(pair=True), "kcm": free_port(), "scheduler": free_port()}
+    ports = control_plane_ports()
     env = load_env(tmp, cluster_dir, ports)
     project = tmp / "project"
     copy_project(project)
