@@ -2,8 +2,8 @@
 
 import pulumi
 
-from components.program import build
-from config import ConfigError, load_pulumi_config
+from dualsched.components.program import build
+from dualsched.config import ConfigError, load_pulumi_config
 
 try:
     config = load_pulumi_config()

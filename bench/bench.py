@@ -85,7 +85,7 @@ def worker(program: str, nodes: int) -> dict:
 
     config = fleet_config(nodes)
     if program == "library":
-        from components.program import build
+        from dualsched.components.program import build
 
         def body():
             build(config)
@@ -132,7 +132,7 @@ def run_worker(program: str, nodes: int) -> dict:
 
 def slurm_files_stats(nodes: int, runs: int = 20) -> dict:
     from bench.fleet import fleet_config
-    from components.slurm_files import kubernetes_site, render_slurm_files
+    from dualsched.components.slurm_files import kubernetes_site, render_slurm_files
 
     config = fleet_config(nodes)
     site = kubernetes_site(config)

@@ -257,7 +257,7 @@ class World:
 MAIN_LIBRARY = '''"""bench: the library program for a generated fleet (bench-settings.json)."""
 import json
 from bench.fleet import fleet_config
-from components.program import build
+from dualsched.components.program import build
 settings = json.load(open("bench-settings.json"))
 build(fleet_config(settings["nodes"], settings["variant"]))
 '''
@@ -276,7 +276,7 @@ class Project:
         self.backend = world.tmp / f"backend-{program}"
         self.dir.mkdir()
         self.backend.mkdir()
-        for name in ("components", "config", "bench"):
+        for name in ("dualsched", "components", "config", "bench"):
             shutil.copytree(ROOT / name, self.dir / name, ignore=shutil.ignore_patterns("__pycache__", "*.md"))
         (self.dir / "__main__.py").write_text(MAIN_LIBRARY if program == "library" else MAIN_FLAT)
         (self.dir / "Pulumi.yaml").write_text(

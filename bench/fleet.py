@@ -9,7 +9,7 @@ check (it is validated like any stack, so the benchmark measures a real config).
 
 from __future__ import annotations
 
-from config.models import (
+from dualsched.config.models import (
     Accounting,
     AccessMode,
     Controller,

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import (
+from dualsched.components.common import (
     child,
     claim_volume,
     control_daemon_placement,
@@ -25,11 +25,11 @@ from components.common import (
     stateful,
     tcp_probe,
 )
-from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
-from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from components.namespace import MYSQL_PORT, SLURMDBD_PORT
-from components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
-from config.models import DatabaseMode, ExternalDatabase, StackConfig
+from dualsched.components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
+from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from dualsched.components.namespace import MYSQL_PORT, SLURMDBD_PORT
+from dualsched.components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
+from dualsched.config.models import DatabaseMode, ExternalDatabase, StackConfig
 
 MARIADB_UID = 999
 """The mysql user of the official MariaDB image; the pod needs no account of that name."""

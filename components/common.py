@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from config.models import NOBODY_UID, Resources, ResourceList, StackConfig, Taint
+from dualsched.config.models import NOBODY_UID, Resources, ResourceList, StackConfig, Taint
 
 PART_OF = "dualsched"
 GPU_RESOURCE = "nvidia.com/gpu"

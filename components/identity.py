@@ -14,9 +14,9 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, config_map_volume, labels, meta, mount
-from components.slurm_files import config_hash
-from config.models import NOBODY_UID, SLURM_UID, SlurmUser, StackConfig
+from dualsched.components.common import child, config_map_volume, labels, meta, mount
+from dualsched.components.slurm_files import config_hash
+from dualsched.config.models import NOBODY_UID, SLURM_UID, SlurmUser, StackConfig
 
 SLURM_USER = "slurm"
 USERS_HASH_ANNOTATION = "dualsched.io/users-hash"

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import child, empty_dir, labels, locked_down, meta, mount
+from dualsched.components.common import child, empty_dir, labels, locked_down, meta, mount
 
 MUNGE_KEY_BYTES = 1024
 """munge's own key size (mungekey --bits 8192)."""

@@ -16,8 +16,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child
-from config.models import NodePool, StackConfig
+from dualsched.components.common import child
+from dualsched.config.models import NodePool, StackConfig
 
 MODE_LABEL = "dualsched.io/mode"
 SLURM_GPUS_LABEL = "dualsched.io/slurm-gpus"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
-from components.cluster import DualScheduledCluster
-from config.models import StackConfig
+from dualsched.components.cluster import DualScheduledCluster
+from dualsched.config.models import StackConfig
 
 
 def build(config: StackConfig) -> DualScheduledCluster:

@@ -1,8 +1,8 @@
 """Offline render: what `pulumi up` would create, as YAML files, without a cluster.
 
-    python -m components.render --stack dev --out build/dev              # ./Pulumi.dev.yaml
-    python -m components.render --stack-file path/to/Pulumi.x.yaml --out build/x
-    python -m components.render --stack prod --config-key myproj:cluster --program infra.cluster:build --out build/prod
+    python -m dualsched.components.render --stack dev --out build/dev              # ./Pulumi.dev.yaml
+    python -m dualsched.components.render --stack-file path/to/Pulumi.x.yaml --out build/x
+    python -m dualsched.components.render --stack prod --config-key myproj:cluster --program infra.cluster:build --out build/prod
 
 Runs a program under Pulumi mocks (by default dualsched's own, components.program:build;
 ``--program module:function`` runs yours, imported from the working directory), writes
@@ -49,16 +49,16 @@ from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
-from components.slurm_files import config_hash
-from config import ConfigError, ConfigKey, Problem, StackConfig, load_stack_file
-from config.loader import engine_settings, environment_note, read_stack_document
+from dualsched.components.slurm_files import config_hash
+from dualsched.config import ConfigError, ConfigKey, Problem, StackConfig, load_stack_file
+from dualsched.config.loader import engine_settings, environment_note, read_stack_document
 
 REDACTED = "<redacted>"
 CLUSTER_SCOPED = "_cluster"
 MANIFEST = ".dualsched-render.json"
 """What a render wrote, by path relative to its directory; JSON, so no reader of the render's *.yaml sees it."""
 PROJECT = "dualsched"
-DEFAULT_PROGRAM = "components.program:build"
+DEFAULT_PROGRAM = "dualsched.components.program:build"
 SLURM_CONFIG_LABEL = ("app.kubernetes.io/name", "slurm-config")
 """The label of the ConfigMap holding the Slurm files (components/slurm_config.py)."""
 
@@ -266,7 +266,7 @@ class TransformsRefused(InputError):
             "transforms",
             "the program registers Pulumi transforms, which the engine runs on each registration and an offline render "
             "cannot reproduce (Pulumi's mocks never run them), so its render would differ from what `pulumi up` creates "
-            "and none was made; check the program with `pulumi preview --json` and `python -m components.report "
+            "and none was made; check the program with `pulumi preview --json` and `python -m dualsched.components.report "
             "--preview` (`transformations`, which the SDK itself runs, do render)",
             list(dict.fromkeys(found)),
         ))
@@ -338,7 +338,7 @@ def render_config(
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
-    from components.program import build
+    from dualsched.components.program import build
 
     runnable = program if isinstance(program, Program) else Program.of(program or build, getattr(program, "__qualname__", DEFAULT_PROGRAM))
     render = Render()
@@ -385,7 +385,30 @@ def rendered_files(render: Render) -> dict[str, str]:
     object under <namespace>/ (cluster-scoped ones under _cluster/), the Slurm files under slurm-files/."""
     files = {_object_path(obj): yaml.safe_dump(redacted(obj.manifest), sort_keys=False, width=120) for obj in render.objects}
     files.update({f"slurm-files/{name}": text for name, text in render.slurm_files.items()})
+    files[OPTIONS_FILE] = json.dumps(resource_options(render), indent=1, sort_keys=True) + "\n"
     return files
+
+
+OPTIONS_FILE = "resource-options.json"
+"""Beside the objects: the Pulumi options no manifest shows, which the change report reads."""
+
+
+def resource_options(render: Render) -> dict[str, dict[str, bool]]:
+    """``protect`` and ``retainOnDelete`` by object file, for the objects that have either."""
+    registrations: dict[tuple[str, str], list[Registration]] = {}
+    for registration in filter(lambda r: r.custom, render.registrations):
+        registrations.setdefault((registration.type, registration.name), []).append(registration)
+    options = {}
+    for obj in render.objects:
+        # One object per (type, name) in dualsched's program; a user's program may reuse a name under
+        # two parents, and then which options belong to which object is unknown: none are claimed.
+        [registration, *others] = registrations.get((obj.pulumi_type, obj.pulumi_name)) or [None]
+        if registration is None or others:
+            continue
+        flags = {"protect": registration.protect, "retainOnDelete": registration.retain_on_delete}
+        if any(flags.values()):
+            options[_object_path(obj)] = {name: True for name, on in flags.items() if on}
+    return options
 
 
 def _write_files(files: dict[str, str], out: Path) -> list[Path]:
@@ -452,7 +475,7 @@ def _listed_files(out: Path) -> set[str]:
 
 
 def _write_manifest(out: Path, files: set[str]) -> None:
-    text = json.dumps({"writtenBy": "python -m components.render", "files": sorted(files)}, indent=1) + "\n"
+    text = json.dumps({"writtenBy": "python -m dualsched.components.render", "files": sorted(files)}, indent=1) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     # An interrupted write fails safe: the next render refuses a directory with half a manifest.
     (out / MANIFEST).write_text(text)
@@ -629,7 +652,7 @@ BAD_INPUT = (ConfigError, InputError, ProgramFailed, RenderRefused)
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m components.render", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        prog="python -m dualsched.components.render", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)

@@ -1,10 +1,10 @@
 """Change report: what a change does to Slurm and serving, as Markdown for a pull request.
 
-    python -m components.report --base build/base --head build/head [--out report.md]
-    python -m components.report --base main/Pulumi.prod.yaml --stack prod [--config-key myproj:cluster] [--program infra.cluster:build]
-    python -m components.report --preview preview.json [--out report.md]
+    python -m dualsched.components.report --base build/base --head build/head [--out report.md]
+    python -m dualsched.components.report --base main/Pulumi.prod.yaml --stack prod [--config-key myproj:cluster] [--program infra.cluster:build]
+    python -m dualsched.components.report --preview preview.json [--out report.md]
 
-Input is either two offline renders (``python -m components.render``) or the
+Input is either two offline renders (``python -m dualsched.components.render``) or the
 output of ``pulumi preview --json``. A side given as a stack file (``--base FILE``,
 ``--head FILE``, or ``--stack``/``--stack-file`` for the head) is rendered here first,
 with this checkout's program, as ``components.render`` would (same ``--config-key``
@@ -36,6 +36,7 @@ import base64
 import binascii
 import difflib
 import json
+import os
 import re
 import sys
 import tempfile
@@ -48,13 +49,14 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 import hostlist
 import yaml
 
-from components.common import GPU_RESOURCE
-from components.controller import CONFIG_HASH_ANNOTATION
-from components.node_keeper import KEEPER, STATE_FILE
-from components.nodepools import MODE_LABEL
-from components.programs.node_keeper import MINUTES_PER_DAY, describe
-from components.render import (
+from dualsched.components.common import GPU_RESOURCE
+from dualsched.components.controller import CONFIG_HASH_ANNOTATION
+from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.components.nodepools import MODE_LABEL
+from dualsched.components.programs.node_keeper import MINUTES_PER_DAY, describe
+from dualsched.components.render import (
     BAD_INPUT,
+    OPTIONS_FILE,
     SECRET_SIGNATURE,
     SOURCE_HELP,
     InputError,
@@ -66,8 +68,8 @@ from components.render import (
     stack_path,
     write_render,
 )
-from components.slurm_files import SLURM_FILES
-from config import Problem
+from dualsched.components.slurm_files import SLURM_FILES
+from dualsched.config import Problem
 
 MARKER = "<!-- dualsched-report -->"
 REDACTED = "[redacted]"
@@ -130,6 +132,9 @@ class Change:
     new: Optional[dict]
     deltas: list[Delta] = field(default_factory=list)
     protected: bool = False
+    """Protected now: the engine refuses to delete or replace it."""
+    protect_after: Optional[bool] = None
+    """Protected after the change, where known."""
 
     @property
     def manifest(self) -> dict:
@@ -337,19 +342,24 @@ def _identity(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
     return manifest.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")
 
 
-def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict[str, str]]:
-    """The objects (by kind, namespace, name) and Slurm files of one render directory."""
-    objects = {}
+def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict[str, str], set[tuple[str, str, str]]]:
+    """The objects (by kind, namespace, name), Slurm files and protected objects of one render directory."""
+    objects, protected = {}, set()
+    options_file = directory / OPTIONS_FILE
+    options = json.loads(options_file.read_text()) if options_file.is_file() else {}
     for path in sorted(directory.rglob("*.yaml")):
-        if "slurm-files" in path.relative_to(directory).parts:
+        relative = path.relative_to(directory)
+        if "slurm-files" in relative.parts:
             continue
         manifest = yaml.safe_load(path.read_text())
         if isinstance(manifest, dict) and manifest.get("kind"):
             objects[_identity(manifest)] = manifest
+            if (options.get(relative.as_posix()) or {}).get("protect"):
+                protected.add(_identity(manifest))
     files = {name: (directory / "slurm-files" / name).read_text() for name in SLURM_FILES if (directory / "slurm-files" / name).is_file()}
     if not files:
         files = slurm_files(objects.values())
-    return objects, files
+    return objects, files, protected
 
 
 def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
@@ -399,16 +409,19 @@ def _change(op: str, old: Optional[dict], new: Optional[dict], name: str = "", p
 
 def plan_from_renders(base: Path, head: Path) -> Plan:
     """Compare two offline renders."""
-    before, files_before = read_render(base)
-    after, files_after = read_render(head)
+    before, files_before, protected_before = read_render(base)
+    after, files_after, protected_after = read_render(head)
     plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), files_before, files_after)
     plan.taints_before, plan.taints_after = _node_taints(before.values()), _node_taints(after.values())
     for key in list(before) + [k for k in after if k not in before]:
         old, new = before.get(key), after.get(key)
-        if old == new:
+        was, now = key in protected_before, key in protected_after
+        if old == new and was == now:
             continue
         op = "create" if old is None else "delete" if new is None else "update"
-        plan.changes.append(_change(op, plan.redactor.manifest(old), plan.redactor.manifest(new)))
+        change = _change(op, plan.redactor.manifest(old), plan.redactor.manifest(new), protected=was if old is not None else now)
+        change.protect_after = now if new is not None else None
+        plan.changes.append(change)
     return plan
 
 
@@ -475,8 +488,9 @@ def plan_from_preview(document: Mapping[str, Any]) -> Plan:
             if change.new is None and new is not None:
                 change.new, change.deltas = new, diff(change.old, new) if change.old is not None else []
             continue
-        state = step.get("newState") or step.get("oldState") or {}
-        change = _change(op, old, new, urn.split("::")[-1], bool(state.get("protect")))
+        now, after = step.get("oldState") or step.get("newState") or {}, step.get("newState") or {}
+        change = _change(op, old, new, urn.split("::")[-1], bool(now.get("protect")))
+        change.protect_after = bool(after.get("protect")) if after and step_op not in ("delete", "delete-replaced") else None
         change.op = "replace" if op == "replace" else change.op
         if change.op in ("update", "replace") and not change.deltas:
             change.deltas = _detailed_deltas(step)
@@ -798,7 +812,17 @@ def _gpu_stack_tolerations(added: set[NodeTaint]) -> str:
             "or they stay off the nodes after their next restart (docs/gpu-sharing.md)")
 
 
-CLASSIFIERS = (storage_findings, slurm_config_findings, workload_findings, node_findings)
+def protection_findings(change: Change, plan: Plan) -> list[Finding]:
+    """`protect` set or lifted: no object changes, but what `pulumi destroy` or a replace may delete does."""
+    if change.op == "create" or change.protect_after is None or change.protect_after == change.protected:
+        return []
+    if change.protect_after:
+        return [Finding(Impact.OTHER, change, f"`protect` set on {change.title}: the engine refuses to delete or replace it")]
+    return [Finding(Impact.DATA_RISK, change, f"`protect` lifted from {change.title}",
+                    ["from the next `pulumi up` on, a replace or `pulumi destroy` deletes it without asking"])]
+
+
+CLASSIFIERS = (storage_findings, slurm_config_findings, workload_findings, node_findings, protection_findings)
 
 
 def classify(change: Change, plan: Plan) -> list[Finding]:
@@ -810,13 +834,53 @@ def classify(change: Change, plan: Plan) -> list[Finding]:
 # --------------------------------------------------------------------------- rendering
 
 
+LONG_VALUE = 100
+"""Longer values (a command line, a script) show only where they differ."""
+CONTEXT = 30
+"""Characters kept on each side of a long value's change."""
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+
+
+def _code(text: str) -> str:
+    """Inline code of one line: newlines shown as ⏎, a backtick inside fenced by two."""
+    text = text.replace("\n", "⏎")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def _value(value: Any) -> str:
     if value is MISSING:
         return "∅"
-    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-    if "\n" in text or len(text) > 100:
+    text = _text(value)
+    if "\n" in text or len(text) > LONG_VALUE:
         return f"({len(text)} characters)"
-    return f"`{text}`"
+    return _code(text)
+
+
+def _changed_parts(old: str, new: str) -> tuple[str, str]:
+    """The part of each text that differs, with CONTEXT characters around it and … where cut."""
+    prefix = len(os.path.commonprefix([old, new]))
+    suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+    start = max(prefix - CONTEXT, 0)
+
+    def part(text: str) -> str:
+        end = min(len(text) - suffix + CONTEXT, len(text))
+        return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+
+    return part(old), part(new)
+
+
+def _delta_values(old: Any, new: Any) -> str:
+    """old → new; two long values as the part where they differ, and their lengths."""
+    if old is MISSING or new is MISSING:
+        return f"{_value(old)} → {_value(new)}"
+    before, after = _text(old), _text(new)
+    if max(len(before), len(after)) <= LONG_VALUE and "\n" not in before + after:
+        return f"{_code(before)} → {_code(after)}"
+    shown_before, shown_after = _changed_parts(before, after)
+    return f"{_code(shown_before)} → {_code(shown_after)} ({len(before)} → {len(after)} characters)"
 
 
 _SECRETISH = re.compile(r"(pass(word|wd)?|secret|token|credential|(^|[_.-])key)(\]|$)", re.I)
@@ -833,7 +897,7 @@ def delta_lines(change: Change, limit: int = 8) -> list[str]:
         elif change.kind == "Secret" or _SECRETISH.search(delta.path):
             lines.append(f"`{delta.path}`: value changed (not shown)")
         else:
-            lines.append(f"`{delta.path}`: {_value(delta.old)} → {_value(delta.new)}")
+            lines.append(f"`{delta.path}`: {_delta_values(delta.old, delta.new)}")
     if len(change.deltas) > limit:
         lines.append(f"… and {len(change.deltas) - limit} more")
     return lines
@@ -967,7 +1031,7 @@ def _plan_from_sides(args: argparse.Namespace, head: Path) -> Plan:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
+        prog="python -m dualsched.components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--base", type=Path, help="the base: a render directory, or a stack file to render")

@@ -10,9 +10,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import child, labels, meta
-from components.slurm_files import Site, config_hash, render_slurm_files, restart_hash
-from config.models import StackConfig
+from dualsched.components.common import child, labels, meta
+from dualsched.components.slurm_files import Site, config_hash, render_slurm_files, restart_hash
+from dualsched.config.models import StackConfig
 
 CONFIG_DIR = "/etc/slurm"
 SLURM_CONF = f"{CONFIG_DIR}/slurm.conf"

@@ -15,13 +15,13 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import (
+from dualsched.components.common import (
     config_map_volume, control_daemon_placement, deployment_with_service, empty_dir, labels, locked_down, mount, pod_runs_as_nobody,
     tcp_probe,
 )
-from components.identity import identity_mounts, identity_volume
-from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from config.models import NOBODY_UID, StackConfig
+from dualsched.components.identity import identity_mounts, identity_volume
+from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
+from dualsched.config.models import NOBODY_UID, StackConfig
 
 RESTD = "slurmrestd"
 RESTD_PORT = 6820

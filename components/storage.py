@@ -12,8 +12,8 @@ from typing import Callable, Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import labels, meta, stateful
-from config.models import SharedStorage, StorageType
+from dualsched.components.common import labels, meta, stateful
+from dualsched.config.models import SharedStorage, StorageType
 
 
 @dataclass(frozen=True)

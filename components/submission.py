@@ -17,13 +17,13 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, config_map_volume, empty_dir, labels, locked_down, meta, mount
-from components.identity import identity_mounts, identity_volume
-from components.namespace import network_policies, pod_security_labels, submission_policies
-from components.programs import source
-from components.programs.token_minter import AUDIENCE
-from components.slurm_config import CONFIG_DIR, SLURM_CONF_ENV
-from config.models import SlurmUser, StackConfig, SubmissionIdentity
+from dualsched.components.common import child, config_map_volume, empty_dir, labels, locked_down, meta, mount
+from dualsched.components.identity import identity_mounts, identity_volume
+from dualsched.components.namespace import network_policies, pod_security_labels, submission_policies
+from dualsched.components.programs import source
+from dualsched.components.programs.token_minter import AUDIENCE
+from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF_ENV
+from dualsched.config.models import SlurmUser, StackConfig, SubmissionIdentity
 
 SBATCH_WAIT = "sbatch_wait.sh"
 TOKEN_FETCHER = "token_fetcher.py"

@@ -17,14 +17,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import (
+from dualsched.components.common import (
     bind_cluster_role, child, config_map_volume, control_daemon_placement, deployment_with_service, labels, locked_down, meta, mount,
     pod_runs_as_nobody,
 )
-from components.programs import source
-from components.programs.token_minter import TOKEN_PATH
-from components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE, JWT_KEY_PATH
-from config.models import NOBODY_UID, StackConfig
+from dualsched.components.programs import source
+from dualsched.components.programs.token_minter import TOKEN_PATH
+from dualsched.components.slurm_files import JWT_KEY_DIR, JWT_KEY_FILE, JWT_KEY_PATH
+from dualsched.config.models import NOBODY_UID, StackConfig
 
 JWT_KEY_BYTES = 32
 """HS256 wants a key at least as long as its 256-bit hash (RFC 7518 section 3.2)."""

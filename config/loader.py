@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from config.checks import MISSING, CrossFieldError, Problem, format_value
-from config.models import StackConfig
-from config.types import SHOWN_SECRET, SecretText, is_encrypted
+from dualsched.config.checks import MISSING, CrossFieldError, Problem, format_value
+from dualsched.config.models import StackConfig
+from dualsched.config.types import SHOWN_SECRET, SecretText, is_encrypted
 
 NAMESPACE = "dualsched"
 
@@ -317,10 +317,14 @@ class ConfigKey:
     def __str__(self) -> str:
         return f"{self.namespace}:{self.key}" if self.key else self.namespace
 
-    def select(self, config: Mapping[str, Any], source: str) -> Any:
-        """The dualsched config out of a stack's whole config (``ns:key`` → value)."""
+    def select(self, config: Mapping[str, Any], source: str, missing: Any = MISSING) -> Any:
+        """The dualsched config out of a stack's whole config (``ns:key`` → value); when it is not there,
+        ``missing`` if one is given, else a ConfigError naming the keys there are."""
         selected = _namespaced(config, self.namespace) if self.key is None else config.get(str(self), MISSING)
-        if selected is MISSING or (self.key is None and not selected):
+        absent = selected is MISSING or (self.key is None and not selected)
+        if absent and missing is not MISSING:
+            return missing
+        if absent:
             what = "has no keys in the stack's config" if self.key is None else "is not set in the stack's config"
             raise ConfigError([Problem(str(self), f"{what} (its keys: {', '.join(sorted(config)) or 'none'})", MISSING)], source)
         return selected
@@ -428,10 +432,32 @@ def environment_note(document: Any, path: Path) -> str:
 
 
 def _document_config(document: Any, path: Path) -> dict[str, Any]:
-    """The ``config:`` mapping of a parsed stack file, every namespace's keys."""
+    """The ``config:`` mapping of a parsed stack file, every namespace's keys, over the project's own
+    config in the Pulumi.yaml beside it (as the CLI merges them: a key the stack sets wins whole)."""
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError([Problem("config", "a stack file holds a 'config' mapping", document)], str(path))
-    return document.get("config") or {}
+    return {**_project_config(path.parent), **(document.get("config") or {})}
+
+
+def _project_config(directory: Path) -> dict[str, Any]:
+    """The values a project file (``Pulumi.yaml``) gives its stacks: a key without a namespace is the
+    project's own; a value is either the value itself or a declaration (``value:``, or ``default:``
+    of a typed key)."""
+    found = [directory / name for name in ("Pulumi.yaml", "Pulumi.yml") if (directory / name).is_file()]
+    if not found:
+        return {}
+    project = read_stack_document(found[0])
+    config = project.get("config") if isinstance(project, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    values = {}
+    for key, declared in config.items():
+        name = key if ":" in str(key) else f"{project.get('name')}:{key}"
+        if not isinstance(declared, dict):
+            values[name] = declared
+        elif "value" in declared or "default" in declared:
+            values[name] = declared.get("value", declared.get("default"))
+    return values
 
 
 def _stack_config(document: Any, path: Path, key: ConfigKey = ConfigKey()) -> Any:
@@ -476,14 +502,18 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _engine_secret_keys(keys: Iterable[str]) -> set[str]:
-    """The ``dualsched:`` keys (without the prefix) the engine marks secret. A secret anywhere inside
-    a structured key (``pulumi config set --secret --path``, or an ESC ``fn::secret``) marks the whole key."""
+def _engine_secret_keys(keys: Iterable[str], key: ConfigKey) -> set[str]:
+    """The keys at ``key`` the engine marks secret: a namespace's keys without the prefix, or ``{key}``
+    itself. A secret anywhere inside a structured key (``pulumi config set --secret --path``, or an ESC
+    ``fn::secret``) marks the whole key."""
     from pulumi.runtime import config as runtime_config
 
     # The language host passes the list to set_all_config; PULUMI_CONFIG_SECRET_KEYS is its source.
     listed = set(runtime_config.get_config_secret_keys_env())
-    return set(_namespaced({key: None for key in keys if runtime_config.is_config_secret(key) or key in listed}))
+    secret = [name for name in keys if runtime_config.is_config_secret(name) or name in listed]
+    if key.key is not None:
+        return {key.key} if str(key) in secret else set()
+    return set(_namespaced({name: None for name in secret}, key.namespace))
 
 
 def _holds_secret(value: Any) -> bool:
@@ -502,8 +532,10 @@ def _plain_secret_keys(config: StackConfig, secret_keys: Iterable[str]) -> list[
     return [key for key in sorted(secret_keys) if key in names and not _holds_secret(getattr(config, names[key]))]
 
 
-def load_pulumi_config() -> StackConfig:
-    """Validate the running stack's config (inside ``pulumi up`` / ``preview``).
+def load_pulumi_config(key: ConfigKey = ConfigKey()) -> StackConfig:
+    """Validate the running stack's config (inside ``pulumi up`` / ``preview``) at ``key``: by default
+    the ``dualsched:`` keys, or e.g. ``ConfigKey.parse("gpu:cluster")`` for a program that keeps the
+    whole config under a key of its own.
 
     The engine hands every value over decrypted; the keys it marks secret are shown as [secret]
     in problems, and a secret field's value reaches Kubernetes only through pulumi.Output.secret.
@@ -511,7 +543,7 @@ def load_pulumi_config() -> StackConfig:
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    source = f"stack '{pulumi.get_stack()}'"
+    source = f"stack '{pulumi.get_stack()}'" + ("" if key == ConfigKey() else f", key {key}")
     # The engine parsed the stack file with Go's yaml.v3, which refuses duplicate keys and heavy
     # aliasing but allows some aliases and 10000 levels of nesting: when the file is here (the
     # program runs in the project directory), hold it to the offline render's rules too.
@@ -519,16 +551,23 @@ def load_pulumi_config() -> StackConfig:
     if stack_file.is_file():
         document = read_stack_document(stack_file)
         # Only the file tells which values were encrypted: the engine hands them over decrypted.
-        misplaced = _misplaced_secrets(_stack_config(document, stack_file))
+        # The key may be set elsewhere (an ESC environment): the engine's config below is what counts.
+        in_file = key.select(_document_config(document, stack_file), str(stack_file), missing=None)
+        misplaced = _misplaced_secrets(in_file) if in_file is not None else []
         if misplaced:
             raise ConfigError(misplaced, source, cross_field_checked=False)
     settings = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    secret_keys = _engine_secret_keys(settings)
-    raw = {key: _decode(value) for key, value in _namespaced(settings).items()}
+    secret_keys = _engine_secret_keys(settings, key)
+    if key.key is None:
+        raw = {name: _decode(value) for name, value in key.select(settings, source).items()}
+    else:
+        raw = _decode(key.select(settings, source))
+        # One key holds the whole config: marked secret, every field of it is.
+        secret_keys = set(raw) if secret_keys and isinstance(raw, dict) else set()
     config = parse_stack_config(raw, source, secret_keys)
-    for key in _plain_secret_keys(config, secret_keys):
+    for name in _plain_secret_keys(config, secret_keys) if key.key is None else ():
         pulumi.log.warn(
-            f"{NAMESPACE}:{key} is a secret in the stack config, but dualsched keeps only {', '.join(SECRET_FIELDS)} "
+            f"{key.namespace}:{name} is a secret in the stack config, but dualsched keeps only {', '.join(SECRET_FIELDS)} "
             "secret: its values are written into manifests and the Pulumi state in plain text"
         )
     return config

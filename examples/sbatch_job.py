@@ -9,16 +9,16 @@ completes.
 
 A stack without identities cannot submit: say which ServiceAccount may act as which user.
 
-    python -m components.render --stack dev --program examples.sbatch_job:program --out build/sbatch
+    python -m dualsched.components.render --stack dev --program dualsched.examples.sbatch_job:program --out build/sbatch
 """
 
 import pulumi_kubernetes as k8s
 
-from components.cluster import DualScheduledCluster
-from components.common import child, meta
-from components.program import build
-from config import StackConfig
-from config.models import SubmissionIdentity
+from dualsched.components.cluster import DualScheduledCluster
+from dualsched.components.common import child, meta
+from dualsched.components.program import build
+from dualsched.config import StackConfig
+from dualsched.config.models import SubmissionIdentity
 
 TRAINING_SCRIPT = """#!/bin/bash
 #SBATCH --job-name=train-llm

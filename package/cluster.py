@@ -31,11 +31,11 @@ from pulumi.errors import InputPropertiesError
 from pulumi.runtime import rpc
 from pydantic import BaseModel
 
-from components.cluster import DualScheduledCluster
+from dualsched.components.cluster import DualScheduledCluster
 from package.config_types import ClusterConfig
-from config.checks import Problem
-from config.loader import HIDDEN, SECRET_FIELDS, ConfigError, parse_stack_config
-from config.models import StackConfig
+from dualsched.config.checks import Problem
+from dualsched.config.loader import HIDDEN, SECRET_FIELDS, ConfigError, parse_stack_config
+from dualsched.config.models import StackConfig
 
 PACKAGE = "dualsched"
 SOURCE = "dualsched:index:Cluster '{name}'"

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from config.models import StackConfig
+from dualsched.config.models import StackConfig
 
 OUT = Path(__file__).with_name("config_types.py")
 SCHEMA = Path(__file__).with_name("schema.json")

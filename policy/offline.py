@@ -1,9 +1,9 @@
 """Run the policy rules over the rendered program, without the Pulumi engine.
 
-    python -m policy.offline --stack dev                  # ./Pulumi.dev.yaml
-    python -m policy.offline --stack prod                 # environment taken from the stack (prod)
-    python -m policy.offline --stack-file path/to/Pulumi.x.yaml --environment prod
-    python -m policy.offline --stack prod --config-key myproj:cluster --program infra.cluster:build
+    python -m dualsched.policy.offline --stack dev                  # ./Pulumi.dev.yaml
+    python -m dualsched.policy.offline --stack prod                 # environment taken from the stack (prod)
+    python -m dualsched.policy.offline --stack-file path/to/Pulumi.x.yaml --environment prod
+    python -m dualsched.policy.offline --stack prod --config-key myproj:cluster --program infra.cluster:build
 
 The program runs under the offline render's mocks (components.render.render_config),
 whose monitor also records each resource's ``protect`` option: the engine hands it
@@ -18,9 +18,9 @@ import argparse
 import sys
 from typing import Optional
 
-from components.render import BAD_INPUT, SOURCE_HELP, Render, add_source_arguments, load_source, render_config, render_source, stack_path
-from config import StackConfig
-from policy.rules import Resource, Settings, Violation, violations
+from dualsched.components.render import BAD_INPUT, SOURCE_HELP, Render, add_source_arguments, load_source, render_config, render_source, stack_path
+from dualsched.config import StackConfig
+from dualsched.policy.rules import Resource, Settings, Violation, violations
 
 
 def resources(render: Render) -> list[Resource]:
@@ -51,7 +51,7 @@ def check(config: StackConfig, environment: Optional[str] = None) -> list[Violat
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m policy.offline", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        prog="python -m dualsched.policy.offline", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from config import StackConfig, parse_stack_config  # noqa: E402
+from dualsched.config import StackConfig, parse_stack_config  # noqa: E402
 STACKS = ("dev", "prod")
 _PREFIX = "dualsched:"
 

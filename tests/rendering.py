@@ -29,8 +29,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import yaml
 
-from components.render import Registration, Render, RenderedObject, render_config
-from config import StackConfig, load_stack_file, parse_stack_config
+from dualsched.components.render import Registration, Render, RenderedObject, render_config
+from dualsched.config import StackConfig, load_stack_file, parse_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ("dev", "prod")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components.accounting import (
+from dualsched.components.accounting import (
     DATA_DIR,
     DB_PASSWORD_DIR,
     INIT_DIR,

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from components.slurm_files import (
+from dualsched.components.slurm_files import (
     ACCOUNTING_STATE_FILE, kubernetes_site, print_seconds, render_slurm_files, restart_hash, slurm_seconds,
 )
-from config import ConfigError, StackConfig, parse_stack_config
+from dualsched.config import ConfigError, StackConfig, parse_stack_config
 from tests.conftest import raw_stack
 
 PROGRAM = Path(__file__).resolve().parent.parent / "components" / "programs" / "accounting_state.sh"

@@ -36,7 +36,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 from pydantic import ValidationError
 
-from config import ConfigError, StackConfig, parse_stack_config
+from dualsched.config import ConfigError, StackConfig, parse_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "__main__.py"
@@ -348,14 +348,14 @@ def _render_bad_file(tmp_path: Path, content: Any) -> subprocess.CompletedProces
     else:
         bad.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
     return subprocess.run(
-        [sys.executable, "-m", "components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "dualsched.components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
 
 
 @pytest.mark.parametrize("name", sorted(UNREADABLE_FILES))
 def test_unreadable_stack_files_are_a_clear_message(tmp_path, name):
-    from config import load_stack_file
+    from dualsched.config import load_stack_file
 
     bad = tmp_path / "bad.yaml"
     content = UNREADABLE_FILES[name]

@@ -17,8 +17,8 @@ from pulumi.errors import InputPropertiesError
 from pulumi.output import _OutputData
 from pulumi.runtime import rpc
 
-from config import ConfigError, StackConfig
-from config.loader import HIDDEN
+from dualsched.config import ConfigError, StackConfig
+from dualsched.config.loader import HIDDEN
 from package import gen_types
 from package.cluster import SOURCE, config_from_inputs, invalid_inputs, schema, to_config_keys
 

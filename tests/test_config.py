@@ -18,9 +18,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
-from config.checks import Problem
-from config.models import PoolMode, Taint, TaintEffect
+from dualsched.config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
+from dualsched.config.checks import Problem
+from dualsched.config.models import PoolMode, Taint, TaintEffect
 from tests.conftest import ROOT, raw_stack, stack_file
 
 SLURM_TAINT = "dualsched.io/slurm"
@@ -737,7 +737,7 @@ def test_an_offline_problem_of_a_stack_with_esc_environments_says_what_was_not_r
 
 
 def test_the_render_of_a_stack_with_esc_environments_says_it_did_not_open_them(tmp_path, dev_raw, capsys):
-    from components import render
+    from dualsched.components import render
 
     path = tmp_path / "Pulumi.esc.yaml"
     path.write_text(yaml.safe_dump({"environment": ["org/dev-creds"],
@@ -789,6 +789,38 @@ def test_problems_at_a_config_key_name_the_file_and_the_key(tmp_path, dev_raw):
     assert problem_line("pools[0].cpus").search(str(caught.value))
 
 
+def _split_project(tmp_path: Path, project: dict, stack: dict) -> Path:
+    (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump({"runtime": "python", **project}))
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": stack}))
+    return path
+
+
+def test_the_project_files_config_is_read_under_the_stacks(tmp_path, dev_raw):
+    """Pulumi.yaml's `config:` reaches every stack, as the CLI merges it: values, declarations with a
+    value or a default, keys of the project's own namespace; a key the stack sets wins whole."""
+    shared = {key: dev_raw.pop(key) for key in ("storage", "inference", "environment", "kubernetesVersion")}
+    project = {"name": "dualsched", "config": {
+        "dualsched:storage": {"value": shared["storage"]},
+        "inference": {"type": "object", "default": shared["inference"]},  # the project's own namespace
+        "dualsched:environment": "prod",  # the stack's own value wins
+        "dualsched:kubernetesVersion": "1.30",
+    }}
+    path = _split_project(tmp_path, project, {f"dualsched:{key}": value for key, value in
+                                              {**dev_raw, "environment": shared["environment"]}.items()})
+    config = load_stack_file(path)
+    reference = load_stack_file(stack_file("dev"))
+    assert config.model_copy(update={"kubernetes_version": reference.kubernetes_version}) == reference
+    assert config.kubernetes_version == "1.30"
+
+
+def test_without_the_project_files_share_the_stack_is_incomplete(tmp_path, dev_raw):
+    del dev_raw["storage"]
+    path = _split_project(tmp_path, {"name": "dualsched"}, {f"dualsched:{key}": value for key, value in dev_raw.items()})
+    with pytest.raises(ConfigError, match=re.escape("storage: required key is missing")):
+        load_stack_file(path)
+
+
 def test_an_encrypted_value_under_a_config_key_stays_a_placeholder(tmp_path, prod_raw):
     external = prod_raw["slurm"]["accounting"]["database"]["external"]
     del external["passwordSecret"]
@@ -799,7 +831,7 @@ def test_an_encrypted_value_under_a_config_key_stays_a_placeholder(tmp_path, pro
 
 
 def test_engine_settings_are_the_whole_config_as_text_with_its_secret_keys(tmp_path):
-    from config.loader import engine_settings, read_stack_document
+    from dualsched.config.loader import engine_settings, read_stack_document
 
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(yaml.safe_dump({"config": {
@@ -881,6 +913,44 @@ def test_engine_config_reports_problems_with_paths(engine_config, dev_raw):
     with pytest.raises(ConfigError) as caught:
         load_pulumi_config()
     assert problem_line("pools[0].slurmGpus").search(str(caught.value))
+
+
+def test_engine_config_under_a_programs_own_key_loads_like_the_stack_file(engine_config, dev_raw, stack):
+    from pulumi.runtime import config as runtime_config
+
+    engine_config({})
+    runtime_config.set_config("gpu:cluster", json.dumps(raw_stack(stack)))
+    assert load_pulumi_config(ConfigKey.parse("gpu:cluster")) == load_stack_file(stack_file(stack))
+
+
+def test_engine_config_under_a_key_names_the_key_in_its_problems(engine_config, dev_raw, monkeypatch):
+    from pulumi.runtime import config as runtime_config
+
+    dev_raw["pools"][0]["slurmGpus"] = 8
+    engine_config({})
+    runtime_config.set_config("gpu:cluster", json.dumps(dev_raw))
+    monkeypatch.setattr(pulumi, "get_stack", lambda: "dev")
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config(ConfigKey.parse("gpu:cluster"))
+    assert str(caught.value).startswith("invalid dualsched config in stack 'dev', key gpu:cluster (3 problems):")
+    assert problem_line("pools[0].slurmGpus").search(str(caught.value))
+
+
+def test_a_secret_key_holding_the_whole_config_hides_every_value(engine_config, dev_raw):
+    from pulumi.runtime import config as runtime_config
+
+    dev_raw["pools"][0]["slurmGpus"] = 8
+    runtime_config.set_all_config({"gpu:cluster": json.dumps(dev_raw)}, ["gpu:cluster"])
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config(ConfigKey.parse("gpu:cluster"))
+    assert "pools[0].slurmGpus" in str(caught.value) and "(got [secret])" in str(caught.value)
+    assert "(got 8)" not in str(caught.value)
+
+
+def test_a_missing_key_is_named_with_the_keys_there_are(engine_config, dev_raw):
+    engine_config(dev_raw)
+    with pytest.raises(ConfigError, match=re.escape("gpu:cluster: is not set in the stack's config (its keys: dualsched:")):
+        load_pulumi_config(ConfigKey.parse("gpu:cluster"))
 
 
 # ------------------------------------------------------- valid by construction

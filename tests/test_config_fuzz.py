@@ -24,9 +24,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from components.slurm_files import kubernetes_site, render_slurm_files
-from config import ConfigError, StackConfig, parse_stack_config
-from config.types import is_reserved_namespace
+from dualsched.components.slurm_files import kubernetes_site, render_slurm_files
+from dualsched.config import ConfigError, StackConfig, parse_stack_config
+from dualsched.config.types import is_reserved_namespace
 from tests.conftest import ROOT
 
 STACKS = ("dev", "prod", "local")

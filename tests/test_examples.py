@@ -16,19 +16,19 @@ from typing import Any, Mapping
 import pytest
 import yaml
 
-from components import render as render_module
-from components.program import build
-from components.render import Render, RenderedObject, render_config
-from config import ConfigError, ConfigKey, load_stack_file, parse_stack_config
-from examples.own_program import slurm_only
-from examples.sbatch_job import TRAINING_SCRIPT, job_identity, program, submit_training_job
+from dualsched.components import render as render_module
+from dualsched.components.program import build
+from dualsched.components.render import Render, RenderedObject, render_config
+from dualsched.config import ConfigError, ConfigKey, load_stack_file, parse_stack_config
+from dualsched.examples.own_program import slurm_only
+from dualsched.examples.sbatch_job import TRAINING_SCRIPT, job_identity, program, submit_training_job
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 NAME_LABEL = "app.kubernetes.io/name"
 MODEL_SERVERS = ("vllm", "triton")
-EXAMPLE_ROW = re.compile(r"^\| (?P<example>.+?) \| `(?P<command>python -m components\.render [^`]+)` \| (?P<deploys>.+) \|$", re.M)
+EXAMPLE_ROW = re.compile(r"^\| (?P<example>.+?) \| `(?P<command>python -m dualsched\.components\.render [^`]+)` \| (?P<deploys>.+) \|$", re.M)
 
 
 def _readme_examples() -> dict[str, dict[str, str]]:
@@ -51,7 +51,7 @@ def test_the_readme_lists_every_example():
 def _run_readme_command(command: str, out: Path, monkeypatch) -> Render:
     """The row's command, in-process from the repository root, keeping the Render it made."""
     argv = shlex.split(command)
-    assert argv[:3] == ["python", "-m", "components.render"]
+    assert argv[:3] == ["python", "-m", "dualsched.components.render"]
     renders = []
     original = render_module.render_config
 
@@ -204,8 +204,8 @@ def _own_raw() -> dict[str, Any]:
 def test_own_program_reads_its_own_key_or_takes_the_config_alike(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     base = ["--stack-file", "examples/Pulumi.own-program.yaml"]
-    assert render_module.main([*base, "--program", "examples.own_program:main", "--out", str(tmp_path / "reads")]) == 0
-    assert render_module.main([*base, "--config-key", "training:cluster", "--program", "examples.own_program:slurm_only",
+    assert render_module.main([*base, "--program", "dualsched.examples.own_program:main", "--out", str(tmp_path / "reads")]) == 0
+    assert render_module.main([*base, "--config-key", "training:cluster", "--program", "dualsched.examples.own_program:slurm_only",
                                "--out", str(tmp_path / "given")]) == 0
     read = lambda root: {p.relative_to(root): p.read_text() for p in root.rglob("*.yaml")}
     assert read(tmp_path / "reads") == read(tmp_path / "given") != {}
@@ -238,7 +238,7 @@ def test_own_program_as_a_pulumi_program_stops_with_a_run_error(tmp_path, monkey
     stack = tmp_path / "Pulumi.bad.yaml"
     stack.write_text(yaml.safe_dump({"config": {"training:cluster": raw}}))
     monkeypatch.chdir(ROOT)
-    assert render_module.main(["--stack-file", str(stack), "--program", "examples.own_program:main", "--out", str(tmp_path / "out")]) == 2
+    assert render_module.main(["--stack-file", str(stack), "--program", "dualsched.examples.own_program:main", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "submission.enabled: this program deploys no job submission from Kubernetes: set it false (got True)" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
@@ -246,9 +246,9 @@ def test_own_program_as_a_pulumi_program_stops_with_a_run_error(tmp_path, monkey
 
 def test_own_program_on_a_stack_without_its_key_stops_with_pulumis_message(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert render_module.main(["--stack", "dev", "--program", "examples.own_program:main", "--out", str(tmp_path / "out")]) == 2
+    assert render_module.main(["--stack", "dev", "--program", "dualsched.examples.own_program:main", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("program examples.own_program:main stopped:\n")
+    assert err.startswith("program dualsched.examples.own_program:main stopped:\n")
     assert "Missing required configuration variable 'training:cluster'" in err and "Traceback" not in err
 
 
@@ -304,3 +304,17 @@ def test_sbatch_job_without_submission_is_a_clear_error():
 
 def test_dev_stack_has_an_identity_for_the_example():
     assert job_identity(load_stack_file(ROOT / "Pulumi.dev.yaml")).user == "alice"
+
+
+def test_the_readmes_own_program_renders_from_its_own_key(tmp_path, monkeypatch):
+    """The README's infra.py, as written, under the offline render: config at gpu:cluster, its own provider."""
+    [code] = re.findall(r"```python\n(# infra\.py.*?)```", README, re.S)
+    (tmp_path / "infra.py").write_text(code)
+    (tmp_path / "Pulumi.yaml").write_text("name: training\nruntime: python\n")
+    stack = tmp_path / "Pulumi.gpu.yaml"
+    stack.write_text(yaml.safe_dump({"config": {"gpu:cluster": raw_stack("dev"), "gpu:kubeconfig": "apiVersion: v1\nkind: Config\n"}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert render_module.main(["--stack", "gpu", "--config-key", "gpu:cluster", "--program", "infra:main",
+                               "--out", str(tmp_path / "out")]) == 0
+    assert any((tmp_path / "out" / "slurm").glob("statefulset-*.yaml"))

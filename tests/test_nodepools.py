@@ -6,7 +6,7 @@ from __future__ import annotations
 import hostlist
 import pytest
 
-from components.nodepools import FIELD_MANAGER, MODE_LABEL, SLURM_GPUS_LABEL
+from dualsched.components.nodepools import FIELD_MANAGER, MODE_LABEL, SLURM_GPUS_LABEL
 from rendering import render_raw, render_stack, variant
 
 POOL_LABEL = "dualsched.io/pool"

@@ -15,7 +15,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "config")
+# The source folders and where the wheel puts them: one top-level name, dualsched (pyproject.toml).
+SOURCES = {"dualsched": "dualsched", "components": "dualsched/components", "config": "dualsched/config",
+           "policy": "dualsched/policy", "examples": "dualsched/examples"}
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,8 @@ def wheel(tmp_path_factory) -> Iterator[zipfile.ZipFile]:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in SOURCES:
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--wheel-dir", str(out), str(source)],
@@ -48,20 +50,31 @@ def _pins(path: Path) -> dict[str, str]:
     return {canonicalize_name(r.name): spec.version for r in requirements for spec in r.specifier if spec.operator == "=="}
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+def test_the_wheel_installs_one_top_level_name(wheel):
+    """No generic `config` or `components` in site-packages to collide with a project's own."""
+    top = {name.split("/")[0] for name in wheel_files(wheel)}
+    assert {name for name in top if not name.endswith(".dist-info")} == {"dualsched"}
+
+
+@pytest.mark.parametrize("package", ["dualsched/components", "dualsched/config"])
 def test_the_wheel_marks_each_package_typed(wheel, package):
     assert f"{package}/py.typed" in wheel.namelist()
 
 
 def test_the_wheel_carries_every_source_file_of_the_packages(wheel):
     sources = {
-        path.relative_to(ROOT).as_posix()
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*")
+        f"{installed}/{path.relative_to(ROOT / folder).as_posix()}"
+        for folder, installed in SOURCES.items()
+        for path in (ROOT / folder).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
-    # the programs dualsched ships in ConfigMaps (components/programs) and the Slurm templates too
-    assert sources - set(wheel.namelist()) == set()
+    # the programs dualsched ships in ConfigMaps (components/programs), the Slurm templates, the policy
+    # pack's PulumiPolicy.yaml and the examples' stack files too
+    assert sources - set(wheel_files(wheel)) == set()
+
+
+def wheel_files(wheel: zipfile.ZipFile) -> list[str]:
+    return [name for name in wheel.namelist() if not name.endswith("/")]
 
 
 def test_the_library_asks_for_version_ranges_not_pins(wheel):
@@ -76,3 +89,73 @@ def test_the_app_pins_fall_inside_the_library_ranges(wheel):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements.txt pins no version of {requirement.name}"
         assert requirement.specifier.contains(pins[name]), f"requirements.txt pins {name}=={pins[name]}, outside {requirement}"
+
+
+# A platform team's project: its own config.py and components/ beside __main__.py, dualsched from pip.
+CONSUMER_FILES = {
+    "config.py": 'SETTING = "the project\'s own"\n',
+    "components/__init__.py": "OWN = True\n",
+    "infra.py": (
+        "import config\n"
+        "from components import OWN\n"
+        "from dualsched.components.cluster import DualScheduledCluster\n\n\n"
+        "def build(cluster_config):\n"
+        "    assert config.SETTING == \"the project's own\" and OWN  # its own modules, not dualsched's\n"
+        "    DualScheduledCluster(\"cluster\", cluster_config)\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def consumer(wheel, tmp_path_factory) -> tuple[Path, Path]:
+    """A fresh venv with the wheel installed (dependencies at the app's pins), and the project beside it."""
+    root = tmp_path_factory.mktemp("consumer")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    install = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel.filename,
+         "-c", str(ROOT / "requirements.txt")],
+        capture_output=True, text=True, timeout=1200,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    project = root / "project"
+    for name, text in CONSUMER_FILES.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "Pulumi.yaml").write_text("name: training\nruntime: python\n")
+    (project / "Pulumi.dev.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text())
+    return venv / "bin", project
+
+
+def _run(consumer: tuple[Path, Path], *argv: str) -> subprocess.CompletedProcess:
+    bin_dir, project = consumer
+    command = [str(bin_dir / argv[0]), *argv[1:]]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=600)
+
+
+def test_a_project_with_its_own_config_and_components_imports_dualsched(consumer):
+    result = _run(consumer, "python", "-c", "import config, components, infra, dualsched.config; "
+                                            "print(config.SETTING, components.OWN, dualsched.config.StackConfig.__name__)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "the project's own True StackConfig\n"
+
+
+def test_the_installed_tools_render_report_and_check_the_projects_program(consumer):
+    _, project = consumer
+    render = _run(consumer, "dualsched-render", "--stack", "dev", "--program", "infra:build", "--out", "build/dev")
+    assert render.returncode == 0, render.stderr
+    assert (project / "build/dev/.dualsched-render.json").is_file()
+    assert any(path.name.startswith("statefulset-") for path in (project / "build/dev").rglob("*.yaml"))
+    report = _run(consumer, "dualsched-report", "--base", "build/dev", "--head", "build/dev")
+    assert report.returncode == 0, report.stderr
+    policy = _run(consumer, "dualsched-policy", "--stack", "dev", "--program", "infra:build")
+    assert policy.returncode == 0, policy.stdout + policy.stderr
+
+
+def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(consumer):
+    result = _run(consumer, "python", "-c",
+                  "from pathlib import Path; import dualsched.policy, dualsched.examples.own_program as example; "
+                  "pack = Path(dualsched.policy.__file__).parent; "
+                  "print(sorted(p.name for p in pack.iterdir() if p.suffix in ('.yaml', '.json', '.txt')), callable(example.main))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "['PulumiPolicy.yaml', 'config.prod.json', 'requirements.txt'] True\n"

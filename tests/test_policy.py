@@ -22,10 +22,10 @@ from typing import Any, Callable, Optional
 import pytest
 import yaml
 
-from components.node_keeper import KEEPER, STATE_FILE
-from config import StackConfig, load_stack_file, parse_stack_config
-from policy import offline
-from policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
+from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.config import StackConfig, load_stack_file, parse_stack_config
+from dualsched.policy import offline
+from dualsched.policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -385,7 +385,7 @@ def test_offline_check_of_the_stacks(capsys):
 @pytest.mark.parametrize("argv", [
     ["--stack-file", "examples/Pulumi.slurm-only.yaml"],
     ["--stack-file", "examples/Pulumi.inference-only.yaml"],
-    ["--stack-file", "examples/Pulumi.own-program.yaml", "--config-key", "training:cluster", "--program", "examples.own_program:main"],
+    ["--stack-file", "examples/Pulumi.own-program.yaml", "--config-key", "training:cluster", "--program", "dualsched.examples.own_program:main"],
 ], ids=["slurm-only", "inference-only", "own-program"])
 def test_offline_check_of_the_examples_reads_their_key_and_runs_their_program(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
@@ -402,7 +402,7 @@ def test_an_inference_only_stack_runs_no_slurmd_so_any_slurm_namespace_will_do()
 def test_the_offline_check_judges_the_programs_resources(tmp_path, monkeypatch, capsys):
     """--program is what is checked: a program adding a privileged pod fails, where dualsched's passes."""
     (tmp_path / "privileged_extra.py").write_text(
-        "import pulumi_kubernetes as k8s\nfrom components.program import build\n\n"
+        "import pulumi_kubernetes as k8s\nfrom dualsched.components.program import build\n\n"
         "def main(config):\n    build(config)\n"
         "    k8s.core.v1.Pod('debug', metadata={'name': 'debug', 'namespace': 'inference'}, spec={'containers': [\n"
         "        {'name': 'x', 'image': 'busybox:1.36', 'securityContext': {'privileged': True}}]})\n")

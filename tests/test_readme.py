@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from config.reference import BEGIN, END, markdown
+from dualsched.config.reference import BEGIN, END, markdown
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -20,4 +20,4 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_config_reference_matches_the_models():
     section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert section == markdown(), "README reference is stale: run `python -m config.reference README.md`"
+    assert section == markdown(), "README reference is stale: run `python -m dualsched.config.reference README.md`"

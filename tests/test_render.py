@@ -1,4 +1,4 @@
-"""The offline render: `python -m components.render` writes what `pulumi up` would create."""
+"""The offline render: `python -m dualsched.components.render` writes what `pulumi up` would create."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pulumi
 import pytest
 import yaml
 
-from components import render as render_module
-from components.program import build
-from components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, TransformsRefused, main, render_config, write_render
+from dualsched.components import render as render_module
+from dualsched.components.program import build
+from dualsched.components.render import CLUSTER_SCOPED, MANIFEST, OPTIONS_FILE, REDACTED, TransformsRefused, main, render_config, write_render
 from rendering import ROOT, raw_stack, render_stack
 
 SUMMARY_LINE = re.compile(r"^\s+([A-Za-z]+)\s+(\d+)$")
@@ -57,7 +57,7 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
     files = _yaml_files(out)
     assert len(files) == len(render.objects)
     expected_dirs = {obj.namespace or CLUSTER_SCOPED for obj in render.objects} | {"slurm-files"}
-    assert {p.name for p in out.iterdir()} == expected_dirs | {MANIFEST}
+    assert {p.name for p in out.iterdir()} == expected_dirs | {MANIFEST, OPTIONS_FILE}
     for path in files:
         manifest = yaml.safe_load(path.read_text())
         assert path.parent.name == manifest["metadata"].get("namespace", CLUSTER_SCOPED)
@@ -65,6 +65,19 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
     cluster_scoped = {yaml.safe_load(p.read_text())["kind"] for p in (out / CLUSTER_SCOPED).iterdir()}
     # ClusterRole and binding: the token minter may create TokenReviews (components/tokens.py)
     assert cluster_scoped == {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_the_options_no_manifest_shows_are_written_beside_the_objects(tmp_path, captured):
+    """protect and retainOnDelete: what `pulumi destroy` keeps or refuses, for the change report."""
+    out = tmp_path / "out"
+    assert main(["--stack", "prod", "--out", str(out)]) == 0
+    options = json.loads((out / OPTIONS_FILE).read_text())
+    state = [flags for path, flags in options.items() if path.startswith("slurm/persistentvolumeclaim-dualsched-slurmctld-state")]
+    assert state == [{"protect": True, "retainOnDelete": True}]  # prod protects the controller's state
+    volumes = [flags for path, flags in options.items() if path.startswith("_cluster/persistentvolume-")]
+    assert volumes and all(flags == {"protect": True, "retainOnDelete": True} for flags in volumes)
+    assert not any(path.split("/")[1].startswith(("deployment-", "daemonset-")) for path in options)
+    assert all((out / path).is_file() for path in options)
 
 
 def test_slurm_files_are_written(tmp_path, captured):
@@ -224,7 +237,7 @@ def test_config_reads_a_stack_file_from_any_path(tmp_path, capsys):
 
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "components.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "dualsched.components.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_invalid_config_exits_2_with_every_problem_and_no_traceback(tmp_path):
@@ -293,7 +306,7 @@ def test_stack_reads_the_working_directorys_stack_file_not_the_packages(tmp_path
     raw["slurm"]["clusterName"] = "consumer"
     project = _project(tmp_path / "project", _dualsched_keys(raw))
     # dualsched importable from anywhere, as `pip install` makes it; the repository has a Pulumi.prod.yaml too
-    result = subprocess.run([sys.executable, "-m", "components.render", "--stack", "prod", "--out", "build"], cwd=project,
+    result = subprocess.run([sys.executable, "-m", "dualsched.components.render", "--stack", "prod", "--out", "build"], cwd=project,
                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert "ClusterName=consumer\n" in (project / "build" / "slurm-files" / "slurm.conf").read_text()
@@ -362,7 +375,7 @@ def test_the_readme_consumer_program_renders_from_its_project(tmp_path, monkeypa
 
 def test_a_program_given_the_config_renders_what_it_builds(tmp_path, monkeypatch, captured):
     project = _project(tmp_path / "project", _dualsched_keys(raw_stack("dev")))
-    _module(project, "given_config", "from components.cluster import DualScheduledCluster\n\n"
+    _module(project, "given_config", "from dualsched.components.cluster import DualScheduledCluster\n\n"
                                      "def build(config):\n    DualScheduledCluster('mine', config)\n")
     monkeypatch.chdir(project)
     monkeypatch.setattr(sys, "path", list(sys.path))

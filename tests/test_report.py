@@ -18,13 +18,16 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from components.render import SECRET_SIGNATURE, Render, write_render
-from components.report import (
+from dualsched.components.render import SECRET_SIGNATURE, Render, write_render
+from dualsched.components.report import (
     MARKER,
+    Change,
+    Delta,
     Finding,
     Impact,
     Plan,
     classify,
+    delta_lines,
     main,
     plan_from_preview,
     plan_from_renders,
@@ -383,7 +386,7 @@ def test_a_config_key_and_a_program_reach_the_rendered_sides(tmp_path, capsys):
     base_file = _stack_file(tmp_path / "base" / "Pulumi.dev.yaml", raw_stack("dev"), "gpu:cluster")
     head_file = _stack_file(tmp_path / "head" / "Pulumi.dev.yaml", head, "gpu:cluster")
     assert main(["--base", str(base_file), "--head", str(head_file), "--config-key", "gpu:cluster",
-                 "--program", "examples.sbatch_job:program"]) == 0
+                 "--program", "dualsched.examples.sbatch_job:program"]) == 0
     markdown = capsys.readouterr().out
     # the config under gpu:cluster was read, and the program's Job (whose sbatch image is slurmd's) rendered on both sides
     assert "slurmd pool roll" in markdown and "replace of Job slurm-jobs/train-llm" in markdown
@@ -597,3 +600,33 @@ def test_preview_json_from_real_renders_matches_the_render_report(tmp_path):
     markdown = render_markdown(plan)
     assert "+PartitionName=debug Nodes=gpu-[001-002]" in markdown  # from the ConfigMap data
     assert_no_secret(markdown, compared.base, compared.head)
+
+
+def test_a_long_value_shows_the_part_that_changed():
+    """A model server's command line or a script is long: the report shows where it differs, not its length."""
+    old = "vllm serve /models/qwen --served-model-name qwen-small --tensor-parallel-size 1 --max-model-len 4096 --port 8000 --host 0.0.0.0"
+    new = old.replace("--max-model-len 4096", "--max-model-len 8192")
+    change = Change("update", "Deployment", "inference", "qwen-small", {}, {},
+                    [Delta("spec.template.spec.containers[0].args", old, new),
+                     Delta("data.script", "#!/bin/sh\nset -eu\n" + "x" * 200, "#!/bin/sh\nset -e\n" + "x" * 200)])
+    [command, script] = delta_lines(change)
+    assert command == ("`spec.template.spec.containers[0].args`: "
+                       "`…rallel-size 1 --max-model-len 4096 --port 8000 --host 0.0.0.0` → "
+                       "`…rallel-size 1 --max-model-len 8192 --port 8000 --host 0.0.0.0` (127 → 127 characters)")
+    assert script == ("`data.script`: `#!/bin/sh⏎set -eu⏎" + "x" * 29 + "…` → `#!/bin/sh⏎set -e⏎" + "x" * 29 + "…` "
+                      "(218 → 217 characters)")
+
+
+def test_lifting_protect_is_a_data_risk_though_no_object_changes(tmp_path):
+    compared = compare(tmp_path, "prod", lambda raw: raw.update(protect=False))
+    lifted = [f for f in compared.findings if f.summary.startswith("`protect` lifted from")]
+    assert {f.change.kind for f in lifted} >= {"PersistentVolume", "PersistentVolumeClaim", "Namespace"}
+    assert all(f.impact is Impact.DATA_RISK and f.change.deltas == [] for f in lifted)
+    assert "`protect` lifted from PersistentVolumeClaim slurm/" in compared.markdown
+
+
+def test_setting_protect_is_reported_and_the_reverse_change_is_not_a_risk(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw.update(protect=True))
+    set_ = [f for f in compared.findings if f.summary.startswith("`protect` set on")]
+    assert set_ and all(f.impact is Impact.OTHER for f in set_)
+    assert Impact.DATA_RISK not in compared.impacts

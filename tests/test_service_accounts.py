@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.program import build
-from examples.sbatch_job import submit_training_job
+from dualsched.components.program import build
+from dualsched.examples.sbatch_job import submit_training_job
 from rendering import Rendered, pod_spec, render_stack, render_with_registrations
 
 POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "Pod")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from config.models import BeegfsStorage, LustreStorage
+from dualsched.config.models import BeegfsStorage, LustreStorage
 
 from rendering import container, mounts, render_raw, render_stack, variant, volume
 

@@ -6,10 +6,10 @@ import kubernetes_validate
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.common import child, meta
-from components.program import build
-from components.programs import source
-from config.models import SubmissionIdentity
+from dualsched.components.common import child, meta
+from dualsched.components.program import build
+from dualsched.components.programs import source
+from dualsched.config.models import SubmissionIdentity
 from rendering import container, mounts, pod_spec, render_raw, render_stack, render_with_registrations, variant, volume
 
 PSA = "pod-security.kubernetes.io"

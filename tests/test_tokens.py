@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from components.programs import token_fetcher
-from components.programs.token_minter import Minter, handler, mint, service_account_of
-from components.slurm_files import JWT_KEY_FILE, JWT_KEY_PATH
-from components.tokens import JWT_KEY_BYTES, identity_mapping
+from dualsched.components.programs import token_fetcher
+from dualsched.components.programs.token_minter import Minter, handler, mint, service_account_of
+from dualsched.components.slurm_files import JWT_KEY_FILE, JWT_KEY_PATH
+from dualsched.components.tokens import JWT_KEY_BYTES, identity_mapping
 from rendering import container, pod_spec, render_stack, volume
 
 KEY = b"k" * JWT_KEY_BYTES

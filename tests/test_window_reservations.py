@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from components.programs import source
-from components.slurm_files import WINDOW_RESERVATIONS_FILE, kubernetes_site, render_slurm_files
-from config import StackConfig, parse_stack_config
+from dualsched.components.programs import source
+from dualsched.components.slurm_files import WINDOW_RESERVATIONS_FILE, kubernetes_site, render_slurm_files
+from dualsched.config import StackConfig, parse_stack_config
 from tests.conftest import STACKS, raw_stack
 
 PROGRAM = Path(__file__).resolve().parent.parent / "components" / "programs" / "window_reservations.sh"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from config import load_stack_file  # noqa: E402
-from config.models import StackConfig, StorageType  # noqa: E402
+from dualsched.config import load_stack_file  # noqa: E402
+from dualsched.config.models import StackConfig, StorageType  # noqa: E402
 
 FIRST_VERSION = '{"model_type": "stand-in", "version": 0}\n'
 

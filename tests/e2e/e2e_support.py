@@ -128,7 +128,7 @@ def copy_project(dest: Path) -> None:
     dest.mkdir(parents=True)
     for name in ("__main__.py", "Pulumi.dev.yaml", "Pulumi.prod.yaml"):
         shutil.copy2(ROOT / name, dest / name)
-    for name in ("components", "config"):
+    for name in ("dualsched", "components", "config"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     runtime = project["runtime"] if isinstance(project["runtime"], dict) else {"name": project["runtime"]}

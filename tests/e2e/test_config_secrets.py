@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from config import load_stack_file
+from dualsched.config import load_stack_file
 from e2e_support import Steps, World, raw_config
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from typing import Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from config.loader import parse_stack_config  # noqa: E402
+from dualsched.config.loader import parse_stack_config  # noqa: E402
 from e2e_support import TOOLS, World, raw_config  # noqa: E402
 from seed_shared import seed_shared  # noqa: E402
 

@@ -9,10 +9,10 @@ with access to the namespace could) or force another uid: the refusals the tier 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, locked_down, meta
-from components.program import build
-from config import load_pulumi_config
-from config.models import SubmissionIdentity
+from dualsched.components.common import child, locked_down, meta
+from dualsched.components.program import build
+from dualsched.config import load_pulumi_config
+from dualsched.config.models import SubmissionIdentity
 
 config = load_pulumi_config()
 cluster = build(config)

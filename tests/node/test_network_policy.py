@@ -14,11 +14,11 @@ from typing import Iterator
 import pytest
 import yaml
 
-from components.namespace import SLURMCTLD_PORT
-from components.render import render_config
-from components.slurmrestd import RESTD, RESTD_PORT
-from components.tokens import MINTER, MINTER_PORT
-from config.loader import parse_stack_config
+from dualsched.components.namespace import SLURMCTLD_PORT
+from dualsched.components.render import render_config
+from dualsched.components.slurmrestd import RESTD, RESTD_PORT
+from dualsched.components.tokens import MINTER, MINTER_PORT
+from dualsched.config.loader import parse_stack_config
 from node_support import NodeWorld, local_config
 
 pytestmark = pytest.mark.node

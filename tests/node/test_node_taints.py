@@ -21,8 +21,8 @@ from typing import Iterator
 import pytest
 import yaml
 
-from components.node_keeper import KEEPER
-from components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION
+from dualsched.components.node_keeper import KEEPER
+from dualsched.components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION
 from e2e_support import TIMINGS, copy_project, tail
 from node_support import NodeWorld, local_config
 
@@ -38,10 +38,10 @@ WINDOW_KEY = "dualsched.io/inference-window"
 PROGRAM = """
 import pulumi
 
-from components.namespace import SlurmNamespace, SlurmNamespaceArgs
-from components.node_keeper import NodeKeeper, NodeKeeperArgs
-from components.nodepools import GpuNodePool, GpuNodePoolArgs
-from config import load_pulumi_config
+from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
+from dualsched.components.nodepools import GpuNodePool, GpuNodePoolArgs
+from dualsched.config import load_pulumi_config
 
 config = load_pulumi_config()
 namespace = SlurmNamespace("keeper", SlurmNamespaceArgs(config))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
-from config.quantities import parse_quantity
+from dualsched.config.quantities import parse_quantity
 from node_support import (
     GPU_MAJOR, GPU_PROBE, GPU_PROBE_PREFIX, JOB_USER_UID, NodeWorld, gpu_files_in, gpu_probe_results,
     kubelet_gpu_allocations, local_config, may_open, outcomes, registered_gpus,

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from config.loader import parse_stack_config
+from dualsched.config.loader import parse_stack_config
 from harness import WAIT, LocalCluster, missing_tools, wait_until
 
 LOCAL_NODE = "node-1"

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from components.programs import source
-from components.programs.token_minter import encode, mint
-from components.slurmrestd import RESTD_ENV, slurmrestd_command
+from dualsched.components.programs import source
+from dualsched.components.programs.token_minter import encode, mint
+from dualsched.components.slurmrestd import RESTD_ENV, slurmrestd_command
 from harness import JOB_USER, free_ports, wait_until
 
 pytestmark = pytest.mark.slurm

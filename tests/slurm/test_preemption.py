@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.slurm_files import ACCOUNTING_STATE_FILE
+from dualsched.components.slurm_files import ACCOUNTING_STATE_FILE
 from harness import WAIT, LocalCluster, wait_until
 
 pytestmark = pytest.mark.slurm

@@ -9,8 +9,8 @@ run by a real slurmctld that answers and reports the stack's partitions and GRES
 
 import pytest
 
-from config.loader import ConfigError, parse_stack_config
-from config.models import NodePool, StackConfig
+from dualsched.config.loader import ConfigError, parse_stack_config
+from dualsched.config.models import NodePool, StackConfig
 from harness import DaemonDied, expected_gres, expected_partition_gres, expected_partition_nodes
 
 pytestmark = pytest.mark.slurm

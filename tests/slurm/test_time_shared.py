@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from components.slurm_files import WINDOW_RESERVATION_PREFIX, WINDOW_RESERVATIONS_FILE
+from dualsched.components.slurm_files import WINDOW_RESERVATION_PREFIX, WINDOW_RESERVATIONS_FILE
 from harness import JOB_USER, LocalCluster, parse_scontrol, wait_until
 
 pytestmark = pytest.mark.slurm
