@@ -19,6 +19,9 @@ from dualsched.config.models import Inference, InferenceModel, InferenceServer, 
 
 HTTP_PORT = 8000
 MODELS_MOUNT = "/models"
+DRAIN_SECONDS = 10
+"""A stopping server keeps serving this long: the Service drops it from its endpoints asynchronously
+(kube-proxy, ingress), so a rollout or scale-down that stopped it at once would fail requests in flight."""
 SERVER_UID = 65532
 """An unprivileged UID above the host range (no clash with node or shared-filesystem users); HOME is /tmp."""
 
@@ -31,7 +34,7 @@ class ServerProfile:
     live_path: str
 
     def command(self, server: InferenceServer, model: InferenceModel) -> list[str]:
-        path = f"{MODELS_MOUNT}/{model.path}"
+        path = f"{MODELS_MOUNT}/{model.served_path}"
         if server is InferenceServer.TRITON:
             return ["tritonserver", f"--model-repository={path}", f"--http-port={HTTP_PORT}", "--allow-grpc=false"]
         command = [
@@ -218,6 +221,9 @@ class ModelServer(pulumi.ComponentResource):
                     startup_probe=http_probe(profile.ready_path, period=10, failures=90),
                     readiness_probe=http_probe(profile.ready_path, period=10, failures=3),
                     liveness_probe=http_probe(profile.live_path, period=20, failures=3),
+                    lifecycle=k8s.core.v1.LifecycleArgs(
+                        pre_stop=k8s.core.v1.LifecycleHandlerArgs(sleep=k8s.core.v1.SleepActionArgs(seconds=DRAIN_SECONDS))
+                    ),
                     volume_mounts=[
                         mount("models", MODELS_MOUNT, read_only=True, sub_path=config.storage.models_path),
                         mount("tmp", "/tmp"),

@@ -656,7 +656,20 @@ def _inference_finding(change: Change) -> Finding:
     details = [f"strategy: {how}; replicas: {spec.get('replicas', 1)}"]
     if str(rolling.get("maxSurge", "0")) not in ("0", "0%"):
         details.append("a surge pod needs free GPUs on an inference-eligible node while the old pods still run")
-    return Finding(Impact.INFERENCE_ROLLOUT, change, f"rollout of {change.title}", details)
+    before, after = _served_model(change.old), _served_model(change.new)
+    summary = f"rollout of {change.title}"
+    if before and after and before != after:
+        summary += f": serves `{after}` instead of `{before}` (a checkpoint promoted, or rolled back)"
+    return Finding(Impact.INFERENCE_ROLLOUT, change, summary, details)
+
+
+def _served_model(manifest: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The model directory a server's command names (vllm serve <dir>, tritonserver --model-repository=<dir>)."""
+    containers = (((manifest or {}).get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    command = next((c.get("command") or [] for c in containers if c.get("name") == "server"), [])
+    if command[:2] == ["vllm", "serve"] and len(command) > 2:
+        return command[2]
+    return next((arg.split("=", 1)[1] for arg in command if arg.startswith("--model-repository=")), None)
 
 
 def _replace_finding(change: Change, plan: Plan) -> Finding:

@@ -778,6 +778,10 @@ class InferenceModel(Model):
     """Deployment and Service name."""
     path: RelativePath
     """Model directory relative to the shared models directory."""
+    revision: Optional[RelativePath] = None
+    """The checkpoint served: a directory under ``path`` that training wrote (e.g. ``step-12000``).
+    Changing it promotes that checkpoint by a rolling update (a replica loading it turns Ready before an
+    old one stops); setting the earlier value back rolls back. Unset: ``path`` itself is served."""
     gpus: int = Field(1, ge=1, le=64)
     """GPUs per replica (nvidia.com/gpu limit; vLLM --tensor-parallel-size)."""
     replicas: Replicas = Replicas()
@@ -790,6 +794,11 @@ class InferenceModel(Model):
     """Container CPU and memory."""
     max_model_len: Optional[int] = Field(None, ge=1, le=2**24)  # 16M tokens: above any released model's context
     """vLLM --max-model-len."""
+
+    @property
+    def served_path(self) -> str:
+        """The directory served, relative to the shared models directory."""
+        return f"{self.path}/{self.revision}" if self.revision else self.path
 
 
 class Inference(Model):

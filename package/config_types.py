@@ -439,6 +439,10 @@ class InferenceModel(TypedDict):
     """Deployment and Service name."""
     path: pulumi.Input[str]
     """Model directory relative to the shared models directory."""
+    revision: NotRequired[pulumi.Input[str]]
+    """The checkpoint served: a directory under ``path`` that training wrote (e.g. ``step-12000``).
+Changing it promotes that checkpoint by a rolling update (a replica loading it turns Ready before an
+old one stops); setting the earlier value back rolls back. Unset: ``path`` itself is served."""
     gpus: NotRequired[pulumi.Input[int]]
     """GPUs per replica (nvidia.com/gpu limit; vLLM --tensor-parallel-size)."""
     replicas: NotRequired[pulumi.Input[Replicas]]

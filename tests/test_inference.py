@@ -69,6 +69,27 @@ def test_vllm_command_and_health_probes():
     assert server["ports"] == [{"containerPort": 8000, "name": "http"}]
 
 
+def test_a_revision_serves_that_checkpoint_under_the_models_path_with_a_surge_first_rollout():
+    def promote(raw):
+        raw["inference"]["models"][0]["revision"] = "step-12000"
+
+    deployment = _deployments(render_raw(variant("dev", promote)))["qwen-small"]
+    assert container(deployment, "server")["command"][:3] == ["vllm", "serve", "/models/qwen2.5-0.5b-instruct/step-12000"]
+    strategy = deployment.manifest["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # an old replica keeps serving while the Service drops it from its endpoints
+    assert container(deployment, "server")["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+
+
+def test_triton_serves_a_revision_as_its_model_repository():
+    def promote(raw):
+        _triton(raw)
+        raw["inference"]["models"][0]["revision"] = "v2"
+
+    command = container(_deployments(render_raw(variant("dev", promote)))["qwen-small"], "server")["command"]
+    assert "--model-repository=/models/qwen2.5-0.5b-instruct/v2" in command
+
+
 def test_triton_is_selectable_with_its_own_health_endpoints():
     rendered = render_raw(variant("dev", _triton))
     server = container(_deployments(rendered)["qwen-small"], "server")

@@ -630,3 +630,13 @@ def test_setting_protect_is_reported_and_the_reverse_change_is_not_a_risk(tmp_pa
     set_ = [f for f in compared.findings if f.summary.startswith("`protect` set on")]
     assert set_ and all(f.impact is Impact.OTHER for f in set_)
     assert Impact.DATA_RISK not in compared.impacts
+
+
+def test_promoting_a_checkpoint_names_the_directories_served_before_and_after(tmp_path):
+    def promote(raw):
+        raw["inference"]["models"][0]["revision"] = "step-2"
+
+    compared = compare(tmp_path, "dev", promote)
+    (rollout,) = compared.of(Impact.INFERENCE_ROLLOUT)
+    assert rollout.summary.endswith(": serves `/models/qwen2.5-0.5b-instruct/step-2` instead of "
+                                    "`/models/qwen2.5-0.5b-instruct` (a checkpoint promoted, or rolled back)")
