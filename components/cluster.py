@@ -12,6 +12,7 @@ from dualsched.components.compute import ComputePool, ComputePoolArgs
 from dualsched.components.controller import SlurmController, SlurmControllerArgs
 from dualsched.components.identity import UserDirectory, UserDirectoryArgs
 from dualsched.components.inference import InferenceNamespace, ModelServer, ModelServerArgs
+from dualsched.components.metrics import SlurmMetrics, SlurmMetricsArgs
 from dualsched.components.munge import MungeKey, MungeKeyArgs
 from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
@@ -108,7 +109,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         storage: SharedStorageVolumes,
         node_pools: dict[str, GpuNodePool],
     ) -> None:
-        """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools and job submission."""
+        """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
         # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
         munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: slurm_namespace}), opts=child(self))
@@ -135,6 +136,8 @@ class DualScheduledCluster(pulumi.ComponentResource):
             # the ConfigMap exists before slurmctld mounts it (by its fixed name)
             opts=child(self, depends_on=[slurm_config]),
         )
+        if config.slurm.metrics.enabled:
+            SlurmMetrics(f"{name}-metrics", SlurmMetricsArgs(config, slurm_namespace), opts=child(self))
         if config.slurm.accounting.enabled:
             Accounting(
                 f"{name}-accounting",

@@ -25,6 +25,7 @@ from dualsched.components.common import (
     tcp_probe,
 )
 from dualsched.components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
+from dualsched.components.metrics import COLLECTOR_PROGRAM, EXPORTER_PROGRAM, STATE_DIR, STATE_VOLUME, collector_command, exporter_container
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.programs import source
 from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
@@ -103,6 +104,27 @@ def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
     )
 
 
+def controller_programs(config: StackConfig) -> tuple[str, ...]:
+    """The programs slurmctld's sidecars run, by file name."""
+    metrics = (COLLECTOR_PROGRAM, EXPORTER_PROGRAM) if config.slurm.metrics.enabled else ()
+    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, *metrics)
+
+
+def metrics_containers(config: StackConfig) -> list[k8s.core.v1.ContainerArgs]:
+    """The Slurm exporter (components/metrics.py): a collector of Slurm's output, an exporter serving it."""
+    if not config.slurm.metrics.enabled:
+        return []
+    collector = slurm_client(
+        "metrics-collector",
+        config.images.slurmctld,
+        collector_command(config.slurm.metrics),
+        # alive while it can read its program (a failed round shows in slurm_up, not in the pod)
+        probe=exec_probe(["test", "-r", f"{PROGRAM_DIR}/{COLLECTOR_PROGRAM}"], period=30),
+        extra_mounts=(mount("programs", PROGRAM_DIR, read_only=True), mount(STATE_VOLUME, STATE_DIR)),
+    )
+    return [collector, exporter_container(config)]
+
+
 @dataclass(frozen=True)
 class SlurmControllerArgs:
     config: StackConfig
@@ -157,7 +179,7 @@ class SlurmController(pulumi.ComponentResource):
         programs = k8s.core.v1.ConfigMap(
             f"{name}-programs",
             metadata=meta(name=PROGRAMS_CONFIG_MAP, namespace=args.namespace, labels=pod_labels),
-            data={name: source(name) for name in (WINDOW_RESERVATIONS, ACCOUNTING_STATE)},
+            data={name: source(name) for name in controller_programs(config)},
             opts=child(self),
         )
         statefulset = k8s.apps.v1.StatefulSet(
@@ -227,6 +249,7 @@ class SlurmController(pulumi.ComponentResource):
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                     extra_mounts=(mount("programs", PROGRAM_DIR, read_only=True),),
                 ),
+                *metrics_containers(config),
             ],
             volumes=[
                 config_map_volume("slurm-config", args.config_map_name),
@@ -237,5 +260,6 @@ class SlurmController(pulumi.ComponentResource):
                 *munge_volumes(args.munge_secret_name),
                 jwt_key_volume(args.jwt_key_secret_name),
                 identity_volume(args.identity_config_map_name),
+                *([empty_dir(STATE_VOLUME)] if config.slurm.metrics.enabled else []),
             ],
         )

@@ -25,6 +25,8 @@ SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
 MYSQL_PORT = 3306
+METRICS_PORT = 9341
+"""The Slurm exporter's (components/metrics.py): the port Prometheus' list of default exporter ports gives a Slurm exporter."""
 DNS_PORT = 53
 NAME_LABEL = "app.kubernetes.io/name"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
@@ -94,7 +96,8 @@ def baseline_policies() -> dict[str, Spec]:
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
-    """slurmctld, slurmdbd, MariaDB, the node keeper, and (with submission) slurmrestd and the token minter.
+    """slurmctld (and its metrics exporter), slurmdbd, MariaDB, the node keeper, and (with submission) slurmrestd
+    and the token minter.
 
     slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
     connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
@@ -120,6 +123,9 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
         # it GETs and PATCHes nodes; nobody calls it (the kubelet's probes come from the node itself)
         KEEPER: _allow(KEEPER, egress=_api_server(config)),
     }
+    if slurm.metrics.enabled:
+        # Prometheus, from the namespaces the config names, scrapes the exporter beside slurmctld
+        policies["slurm-metrics"] = _allow("slurmctld", ingress=([_namespace(name) for name in slurm.metrics.scrape_namespaces], METRICS_PORT))
     if accounting:
         policies["slurmdbd"] = _allow(
             "slurmdbd",

@@ -449,6 +449,19 @@ def slurm_needs_network(config: StackConfig) -> Iterator[Problem]:
                       "the Slurm namespace's NetworkPolicies", MISSING)
 
 
+@_with("slurm")
+def metrics_parts_need_exporter(config: StackConfig) -> Iterator[Problem]:
+    """A ServiceMonitor without the exporter's Service selects nothing, and labels without a
+    ServiceMonitor label nothing: either is a setting that silently does nothing."""
+    metrics = config.slurm.metrics
+    if metrics.service_monitor and not metrics.enabled:
+        yield Problem("slurm.metrics.serviceMonitor", "needs slurm.metrics.enabled: without the exporter there is "
+                      "nothing to scrape", True)
+    if metrics.service_monitor_labels and not metrics.service_monitor:
+        yield Problem("slurm.metrics.serviceMonitorLabels", "label the ServiceMonitor, and slurm.metrics.serviceMonitor "
+                      "is false", dict(metrics.service_monitor_labels))
+
+
 def submission_needs_slurm(config: StackConfig) -> Iterator[Problem]:
     if config.slurm is None and config.submission.enabled:
         yield Problem("submission.enabled", "Jobs submit to Slurm, and the stack has no slurm section", True)
@@ -663,6 +676,7 @@ CHECKS: tuple[Check, ...] = (
     identities_map_known_users,
     users_are_distinct,
     slurm_needs_network,
+    metrics_parts_need_exporter,
     submission_needs_slurm,
     namespaces_distinct,
     qos_are_consistent,

@@ -565,6 +565,24 @@ class SlurmAccount(Model):
     """Users (of slurm.users) who may charge jobs to the account."""
 
 
+class SlurmMetrics(Model):
+    """Slurm's state as Prometheus metrics: an exporter in slurmctld's pod, a Service and, with the
+    Prometheus Operator, a ServiceMonitor (docs/metrics.md)."""
+
+    enabled: bool = False
+    """Run the exporter (port 9341, path /metrics) beside slurmctld and create its Service."""
+    scrape_namespaces: tuple[DnsLabel, ...] = Field(("monitoring",), min_length=1, max_length=MAX_ITEMS)
+    """Namespaces whose pods may scrape the exporter (the Slurm namespace's NetworkPolicy admits them)."""
+    interval_seconds: int = Field(30, ge=5, le=3600)
+    """How often the exporter reads Slurm's state, and the ServiceMonitor's scrape interval."""
+    service_monitor: bool = False
+    """Create a monitoring.coreos.com/v1 ServiceMonitor. Only where the Prometheus Operator's CRDs are
+    installed: the API server refuses the object otherwise, and a preview cannot tell."""
+    service_monitor_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_ITEMS)
+    """Labels of the ServiceMonitor, for the Prometheus resource's serviceMonitorSelector (for
+    kube-prometheus-stack: ``release: <its release name>``)."""
+
+
 class Slurm(Model):
     """The Slurm cluster."""
 
@@ -593,6 +611,8 @@ class Slurm(Model):
     accounts: tuple[SlurmAccount, ...] = Field((), max_length=4096)
     """Accounts and their users' associations dualsched keeps in accounting. With any, slurm.conf enforces
     associations, limits and QOS: a user in no account runs no job."""
+    metrics: SlurmMetrics = SlurmMetrics()
+    """Slurm metrics for Prometheus."""
 
 
 # --------------------------------------------------------------------------- storage

@@ -235,6 +235,24 @@ class SlurmAccount(TypedDict):
     """Users (of slurm.users) who may charge jobs to the account."""
 
 
+class SlurmMetrics(TypedDict):
+    """Slurm's state as Prometheus metrics: an exporter in slurmctld's pod, a Service and, with the
+    Prometheus Operator, a ServiceMonitor (docs/metrics.md)."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Run the exporter (port 9341, path /metrics) beside slurmctld and create its Service."""
+    scrape_namespaces: NotRequired[pulumi.Input[list[str]]]
+    """Namespaces whose pods may scrape the exporter (the Slurm namespace's NetworkPolicy admits them)."""
+    interval_seconds: NotRequired[pulumi.Input[int]]
+    """How often the exporter reads Slurm's state, and the ServiceMonitor's scrape interval."""
+    service_monitor: NotRequired[pulumi.Input[bool]]
+    """Create a monitoring.coreos.com/v1 ServiceMonitor. Only where the Prometheus Operator's CRDs are
+installed: the API server refuses the object otherwise, and a preview cannot tell."""
+    service_monitor_labels: NotRequired[pulumi.Input[dict[str, str]]]
+    """Labels of the ServiceMonitor, for the Prometheus resource's serviceMonitorSelector (for
+kube-prometheus-stack: ``release: <its release name>``)."""
+
+
 class Slurm(TypedDict):
     """The Slurm cluster."""
 
@@ -263,6 +281,8 @@ class Slurm(TypedDict):
     accounts: NotRequired[pulumi.Input[list[SlurmAccount]]]
     """Accounts and their users' associations dualsched keeps in accounting. With any, slurm.conf enforces
 associations, limits and QOS: a user in no account runs no job."""
+    metrics: NotRequired[pulumi.Input[SlurmMetrics]]
+    """Slurm metrics for Prometheus."""
 
 
 class Taint(TypedDict):

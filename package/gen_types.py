@@ -74,6 +74,9 @@ class _Writer:
         if origin in (tuple, list):
             args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
             return f"list[{self.type_expr(args[0])}]"
+        if origin is dict:
+            key, value = typing.get_args(annotation)
+            return f"dict[{self.type_expr(key)}, {self.type_expr(value)}]"
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             self.model(annotation)
             return _type_name(annotation)  # written before its users

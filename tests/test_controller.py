@@ -14,7 +14,7 @@ import pytest
 from dualsched.components.identity import users_annotation
 from dualsched.components.controller import (
     ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP,
-    WINDOW_RESERVATIONS,
+    WINDOW_RESERVATIONS, controller_programs,
 )
 from dualsched.components.identity import SLURM_UID
 from dualsched.components.programs import source
@@ -201,7 +201,8 @@ def test_a_cgroup_change_rolls_the_controller():
 def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
-    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure"]
+    metrics = ["metrics-collector", "exporter"] if rendered.config.slurm.metrics.enabled else []  # tests/test_metrics.py
+    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
     assert reconfigure["command"] == ["sh", "-c", RECONFIGURE_LOOP]
@@ -222,9 +223,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
     programs = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm")
-    assert programs.manifest["data"] == {
-        WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS), ACCOUNTING_STATE: source(ACCOUNTING_STATE),
-    }
+    assert {WINDOW_RESERVATIONS, ACCOUNTING_STATE} <= set(controller_programs(rendered.config))  # and the exporter's with metrics
+    assert programs.manifest["data"] == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
     assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
     assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in RECONFIGURE_LOOP
