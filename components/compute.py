@@ -9,13 +9,17 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from dualsched.components.common import GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for
+from dualsched.components.common import (
+    GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, config_map_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for,
+)
 from dualsched.components.identity import identity_mounts, identity_volume, users_annotation
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from dualsched.components.slurm_files import Site
-from dualsched.config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
+from dualsched.components.slurm_files import ENROOT_CONF, Site, render_enroot_conf
+from dualsched.config.models import CgroupVersion, NodePool, PoolContainers, PoolMode, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
+ENROOT_CONF_DIR = "/etc/enroot"
+"""Where Enroot reads enroot.conf (its sysconfdir in the slurmd-pyxis image's package)."""
 
 
 def slurmd_tolerated_taints(config: StackConfig, pool: NodePool) -> tuple[Taint, ...]:
@@ -71,8 +75,11 @@ def isolates_gpus(pool: NodePool) -> bool:
     """Dedicated and partitioned slurmd runs unprivileged, inside the GPUs the kubelet gave it. A
     time-shared pool's slurmd holds no GPU through the device plugin (inference pods take them inside
     the window) and is privileged to see them all; its jobs keep to their own GPUs by Slurm's
-    ConstrainDevices, and to their hours by the window's reservation."""
-    return pool.mode is not PoolMode.TIME_SHARED
+    ConstrainDevices, and to their hours by the window's reservation. A pool with containers is
+    privileged too: Enroot, run as the job's user, makes a user namespace and mounts /proc in it,
+    which the runtime's seccomp profile and masked /proc refuse (config.checks keeps containers out
+    of partitioned pools, whose other GPUs are Kubernetes')."""
+    return pool.mode is not PoolMode.TIME_SHARED and pool.containers is None
 
 
 def slurmd_security_context(pool: NodePool) -> k8s.core.v1.SecurityContextArgs:
@@ -108,15 +115,59 @@ GRANT_MKNOD_ON_HELD_DEVICES = (
 )
 
 
+def enroot_directories(containers: PoolContainers) -> str:
+    """Enroot's directories on the node, world-writable and sticky like /tmp: each job user makes
+    its own in them (enroot.conf), and none can remove another's. The paths are words the shell
+    takes as they are (config.types AbsolutePath: letters, digits, '.', '_', '-' and '/')."""
+    paths = " ".join(containers.paths.values())
+    return f"mkdir -p {paths} && chmod 1777 {paths}"
+
+
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
-    """slurmd in the foreground; unprivileged, after making its own cgroup writable."""
+    """slurmd in the foreground; unprivileged, after making its own cgroup writable; with Enroot's
+    directories ready where the pool runs containers."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
-    if not isolates_gpus(pool):
+    steps = []
+    if isolates_gpus(pool):
+        steps.append(REMOUNT_CGROUPS_WRITABLE)
+        if config.slurm.cgroup_version is CgroupVersion.V1:
+            steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
+    if pool.containers is not None:
+        steps.append(enroot_directories(pool.containers))
+    if not steps:
         return slurmd
-    steps = [REMOUNT_CGROUPS_WRITABLE]
-    if config.slurm.cgroup_version is CgroupVersion.V1:
-        steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
     return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
+
+
+def slurmd_image(config: StackConfig) -> str:
+    """Every slurmd loads the plugstack.conf slurmctld serves, which requires Pyxis once any pool
+    runs containers: then every pool's slurmd image carries it."""
+    return config.images.slurmd_pyxis if config.runs_containers else config.images.slurmd
+
+
+def enroot_volumes(containers: PoolContainers, enroot_config_map_name: pulumi.Input[str]) -> list[k8s.core.v1.VolumeArgs]:
+    """The layer cache and unpacked containers on the node's own disk (hostPath): a slurmd pod
+    replaced to pick up a change keeps the images its node already pulled. The runtime directory
+    holds nothing a job needs once it has ended: an emptyDir."""
+    return [
+        empty_dir("enroot-runtime"),
+        *(
+            k8s.core.v1.VolumeArgs(
+                name=name, host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=path, type="DirectoryOrCreate")
+            )
+            for name, path in (("enroot-cache", containers.cache_path), ("enroot-data", containers.data_path))
+        ),
+        config_map_volume("enroot-conf", enroot_config_map_name),
+    ]
+
+
+def enroot_mounts(containers: PoolContainers) -> list[k8s.core.v1.VolumeMountArgs]:
+    return [
+        mount("enroot-runtime", containers.runtime_path),
+        mount("enroot-cache", containers.cache_path),
+        mount("enroot-data", containers.data_path),
+        mount("enroot-conf", f"{ENROOT_CONF_DIR}/{ENROOT_CONF}", read_only=True, sub_path=ENROOT_CONF),
+    ]
 
 
 def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
@@ -140,6 +191,14 @@ class ComputePool(pulumi.ComponentResource):
         config, pool = args.config, args.pool
         selector = slurmd_selector(pool)
         pod_labels = {**selector, config.placement.pool_label: pool.name}
+        enroot_config_map_name = None
+        if pool.containers is not None:
+            enroot_config_map_name = k8s.core.v1.ConfigMap(
+                f"{name}-enroot",
+                metadata=meta(namespace=args.namespace, labels=pod_labels),
+                data={ENROOT_CONF: render_enroot_conf(pool.containers)},
+                opts=child(self),
+            ).metadata.name
         daemonset = k8s.apps.v1.DaemonSet(
             name,
             # pulumi-kubernetes awaits a DaemonSet until every pod runs the new template, which
@@ -151,7 +210,7 @@ class ComputePool(pulumi.ComponentResource):
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="OnDelete"),
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=meta(labels=pod_labels, annotations=users_annotation(config)),
-                    spec=self._pod_spec(args),
+                    spec=self._pod_spec(args, enroot_config_map_name),
                 ),
             ),
             opts=child(self),
@@ -160,9 +219,11 @@ class ComputePool(pulumi.ComponentResource):
         self.register_outputs({"daemonset_name": self.daemonset_name})
 
     @staticmethod
-    def _pod_spec(args: ComputePoolArgs) -> k8s.core.v1.PodSpecArgs:
+    def _pod_spec(args: ComputePoolArgs, enroot_config_map_name: Optional[pulumi.Output[str]]) -> k8s.core.v1.PodSpecArgs:
         config, pool, site = args.config, args.pool, args.site
         resources = slurmd_resources(pool)
+        image = slurmd_image(config)
+        containers = pool.containers
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
@@ -171,11 +232,11 @@ class ComputePool(pulumi.ComponentResource):
             node_selector={config.placement.pool_label: pool.name},
             tolerations=tolerations_for(slurmd_tolerated_taints(config, pool)),
             termination_grace_period_seconds=120,
-            init_containers=[munged_sidecar(config.images.slurmd)],
+            init_containers=[munged_sidecar(image)],
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name="slurmd",
-                    image=config.images.slurmd,
+                    image=image,
                     command=slurmd_command(config, pool, site),
                     env=[
                         k8s.core.v1.EnvVarArgs(
@@ -198,6 +259,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
+                        *(enroot_mounts(containers) if containers else ()),
                     ],
                 )
             ],
@@ -208,5 +270,6 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
+                *(enroot_volumes(containers, enroot_config_map_name) if containers else ()),
             ],
         )

@@ -19,7 +19,7 @@ import hostlist
 import jinja2
 
 from dualsched.config.models import (
-    CgroupVersion, DatabaseMode, GpuAutoDetect, PoolMode, PreemptType, StackConfig, TresLimit,
+    CgroupVersion, DatabaseMode, GpuAutoDetect, PoolContainers, PoolMode, PreemptType, StackConfig, TresLimit,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -29,7 +29,7 @@ file: slurmctld never reads it, and without ``.conf`` the reconfigure sidecar re
 ACCOUNTING_STATE_FILE = "accounting-state"
 """The QOS, accounts and users' associations components/programs/accounting_state.sh keeps in slurmdbd.
 Not a Slurm file either: nothing reloads Slurm for it."""
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", WINDOW_RESERVATIONS_FILE, ACCOUNTING_STATE_FILE)
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", WINDOW_RESERVATIONS_FILE, ACCOUNTING_STATE_FILE)
 OWNER_MARKER = "dualsched:"
 """Description of the QOS and accounts accounting_state.sh created, followed by the cluster's name: it
 deletes those (and only those) the file no longer lists."""
@@ -107,6 +107,11 @@ class Site:
     addresses_from_registration: bool = False
     """Pools without node_addresses learn each node's address when its slurmd registers
     (State=CLOUD with SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
+    pyxis_runtime_path: str = "/run/pyxis"
+    """Pyxis's own state (its runtime_path); slurmd makes the directory when it starts with Pyxis loaded."""
+    spank_pyxis: str = "/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"
+    """Pyxis's SPANK plugin in the slurmd image: where pyxis's Debian package installs it
+    (debian/rules libdir=/usr/lib/$(DEB_HOST_MULTIARCH), Makefile PLUGINDIR=$(libdir)/slurm)."""
 
 
 CGROUP_PLUGINS = {CgroupVersion.V2: "cgroup/v2", CgroupVersion.V1: "cgroup/v1"}
@@ -382,7 +387,7 @@ _environment = jinja2.Environment(
 
 
 def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
-    """slurm.conf, gres.conf, cgroup.conf, the window reservations and the accounting state for the cluster at this site."""
+    """slurm.conf, gres.conf, cgroup.conf, plugstack.conf, the window reservations and the accounting state for the cluster at this site."""
     context = {
         "config": config,
         "site": site,
@@ -397,6 +402,14 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "user_lines": _user_lines(config),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
+
+
+ENROOT_CONF = "enroot.conf"
+
+
+def render_enroot_conf(containers: PoolContainers) -> str:
+    """enroot.conf for a pool's slurmd container: Enroot's directories, one per user (or group) under the pool's."""
+    return _environment.get_template(f"{ENROOT_CONF}.j2").render(containers=containers)
 
 
 def render_slurmdbd_conf(config: StackConfig, site: Site, storage_pass: Optional[str] = None) -> str:

@@ -243,6 +243,30 @@ def windows_match_modes(config: StackConfig) -> Iterator[Problem]:
                           pool.inference_window.start)
 
 
+def _nested(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def containers_fit_pools(config: StackConfig) -> Iterator[Problem]:
+    """Enroot needs a privileged slurmd (user namespaces, mounting /proc in them): only where slurmd may
+    see every GPU of the node, so not in a partitioned pool, whose other GPUs are Kubernetes'. Its
+    directories are distinct, or one user's files would land in another's tree."""
+    for index, pool in enumerate(config.pools):
+        if pool.containers is None:
+            continue
+        path = f"pools[{index}].containers"
+        if not pool.runs_slurmd:
+            yield Problem(path, "runs Slurm job steps in containers, and a pool of mode 'kubernetes' runs no slurmd", pool.mode)
+        elif pool.mode is PoolMode.PARTITIONED:
+            yield Problem(path, "needs a privileged slurmd, which would see the GPUs a partitioned pool gives Kubernetes: "
+                          "use a dedicated or time-shared pool", pool.mode)
+        paths = list(pool.containers.paths.items())
+        for position, (field, directory) in enumerate(paths):
+            for other_field, other in paths[position + 1:]:
+                if _nested(directory, other) or _nested(other, directory):
+                    yield Problem(f"{path}.{field}", f"must not be, contain or lie inside {other_field} ({other})", directory)
+
+
 def partitioned_pools_split_cpus_and_memory(config: StackConfig) -> Iterator[Problem]:
     """On a node both schedulers use, Slurm's share (cpus, realMemoryMb: slurmd's Guaranteed pod, there
     at every hour) must leave the rest of the node's allocatable CPUs and memory to Kubernetes."""
@@ -664,6 +688,7 @@ CHECKS: tuple[Check, ...] = (
     inference_never_tolerates_slurm,
     inference_fits_on_pools,
     windows_match_modes,
+    containers_fit_pools,
     partitioned_pools_split_cpus_and_memory,
     inference_floors_fit,
     ha_needs_shared_state,

@@ -198,6 +198,8 @@ class Images(Model):
     """slurmctld image (SchedMD's Slinky image)."""
     slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04"
     """slurmd image, also used for munged sidecars and the sbatch client."""
+    slurmd_pyxis: ImageRef = "ghcr.io/slinkyproject/slurmd-pyxis:25.05-ubuntu24.04"
+    """slurmd image with Pyxis and Enroot (SchedMD's slurmd-pyxis): every pool's slurmd runs it once any pool has containers."""
     slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.05-ubuntu24.04"
     """slurmdbd image."""
     mariadb: ImageRef = "docker.io/library/mariadb:11.4.8"
@@ -253,6 +255,32 @@ class NodeAllocatable(Model):
     """Allocatable memory per node, in MiB."""
 
 
+class ContainerRuntime(str, Enum):
+    """What runs a Slurm job step in a container image."""
+
+    PYXIS = "pyxis"
+    """NVIDIA Pyxis, a SPANK plugin of slurmd and srun (`srun --container-image`), importing and starting images with Enroot."""
+
+
+class PoolContainers(Model):
+    """Containers in Slurm jobs on a pool's nodes. Enroot keeps its files in directories of the node
+    itself (hostPath), named per user: image layers and unpacked containers outlive the slurmd pod."""
+
+    runtime: ContainerRuntime = ContainerRuntime.PYXIS
+    """The container runtime Slurm jobs use."""
+    runtime_path: AbsolutePath = "/run/enroot"
+    """Enroot's runtime working directory (ENROOT_RUNTIME_PATH, a directory per user under it), an emptyDir of the slurmd pod."""
+    cache_path: AbsolutePath = "/var/lib/enroot/cache"
+    """Enroot's image layer cache on the node (ENROOT_CACHE_PATH, a directory per group under it): node-local disk, not the shared file system."""
+    data_path: AbsolutePath = "/var/lib/enroot/data"
+    """Where Enroot unpacks containers on the node (ENROOT_DATA_PATH, a directory per user under it): node-local disk."""
+
+    @property
+    def paths(self) -> dict[str, str]:
+        """Config field name -> node directory."""
+        return {"runtimePath": self.runtime_path, "cachePath": self.cache_path, "dataPath": self.data_path}
+
+
 class NodePool(Model):
     """A set of existing GPU nodes with the same hardware and the same sharing mode."""
 
@@ -285,6 +313,8 @@ class NodePool(Model):
     Slurm's share (cpus, realMemoryMb) comes out of it and the rest is the Kubernetes share."""
     inference_window: Optional[InferenceWindow] = None
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
+    containers: Optional[PoolContainers] = None
+    """Run Slurm job steps in container images on this pool (`srun --container-image`); see docs/containers.md."""
 
     @field_validator("nodes")
     @classmethod
@@ -977,6 +1007,11 @@ class StackConfig(Model):
     @property
     def slurm_pools(self) -> tuple[NodePool, ...]:
         return tuple(pool for pool in self.pools if pool.runs_slurmd)
+
+    @property
+    def runs_containers(self) -> bool:
+        """Whether some pool runs Slurm job steps in containers (and so every slurmd loads Pyxis)."""
+        return any(pool.containers for pool in self.slurm_pools)
 
     @property
     def inference_pools(self) -> tuple[NodePool, ...]:

@@ -28,6 +28,8 @@ class Images(TypedDict):
     """slurmctld image (SchedMD's Slinky image)."""
     slurmd: NotRequired[pulumi.Input[str]]
     """slurmd image, also used for munged sidecars and the sbatch client."""
+    slurmd_pyxis: NotRequired[pulumi.Input[str]]
+    """slurmd image with Pyxis and Enroot (SchedMD's slurmd-pyxis): every pool's slurmd runs it once any pool has containers."""
     slurmdbd: NotRequired[pulumi.Input[str]]
     """slurmdbd image."""
     mariadb: NotRequired[pulumi.Input[str]]
@@ -314,6 +316,20 @@ class InferenceWindow(TypedDict):
     """How long it stays open (a window of a whole day is a kubernetes pool)."""
 
 
+class PoolContainers(TypedDict):
+    """Containers in Slurm jobs on a pool's nodes. Enroot keeps its files in directories of the node
+    itself (hostPath), named per user: image layers and unpacked containers outlive the slurmd pod."""
+
+    runtime: NotRequired[pulumi.Input[str]]
+    """The container runtime Slurm jobs use. One of: 'pyxis'."""
+    runtime_path: NotRequired[pulumi.Input[str]]
+    """Enroot's runtime working directory (ENROOT_RUNTIME_PATH, a directory per user under it), an emptyDir of the slurmd pod."""
+    cache_path: NotRequired[pulumi.Input[str]]
+    """Enroot's image layer cache on the node (ENROOT_CACHE_PATH, a directory per group under it): node-local disk, not the shared file system."""
+    data_path: NotRequired[pulumi.Input[str]]
+    """Where Enroot unpacks containers on the node (ENROOT_DATA_PATH, a directory per user under it): node-local disk."""
+
+
 class NodePool(TypedDict):
     """A set of existing GPU nodes with the same hardware and the same sharing mode."""
 
@@ -344,6 +360,8 @@ class NodePool(TypedDict):
 Slurm's share (cpus, realMemoryMb) comes out of it and the rest is the Kubernetes share."""
     inference_window: NotRequired[pulumi.Input[InferenceWindow]]
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
+    containers: NotRequired[pulumi.Input[PoolContainers]]
+    """Run Slurm job steps in container images on this pool (`srun --container-image`); see docs/containers.md."""
 
 
 class NfsStorage(TypedDict):

@@ -7,7 +7,11 @@
 # private ports, sockets and directories. Needs root (or sudo) and Debian/Ubuntu.
 set -euo pipefail
 
-PACKAGES=(slurm-wlm slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-client munge mariadb-server mariadb-client)
+PACKAGES=(slurm-wlm slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-client munge mariadb-server mariadb-client
+          # tools/build-pyxis.sh: Pyxis against this Slurm (spank.h), Enroot (makeself, libbsd for glibc < 2.38)
+          libslurm-dev gcc make makeself libbsd-dev
+          # what Enroot runs (doc/requirements.md)
+          curl jq parallel squashfs-tools pigz zstd)
 SERVICES=(slurmctld slurmd slurmdbd slurmrestd munge mariadb mysql)
 
 if [ "$(id -u)" -ne 0 ]; then

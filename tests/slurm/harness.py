@@ -23,6 +23,7 @@ cluster (docs/real-slurm.md):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import re
@@ -153,9 +154,12 @@ def local_node_addresses(config: StackConfig, local_node: Optional[str]) -> dict
     return addresses
 
 
-def local_site(config: StackConfig, root: Path, ports: Ports, local_node: Optional[str]) -> Site:
-    """This machine as a Site: loopback ports, every path under ``root``, device-file GPUs."""
-    return Site(
+def local_site(
+    config: StackConfig, root: Path, ports: Ports, local_node: Optional[str], spank_pyxis: Optional[str] = None
+) -> Site:
+    """This machine as a Site: loopback ports, every path under ``root``, device-file GPUs, and
+    ``spank_pyxis``, the Pyxis plugin tools/build-pyxis.sh built (the image's path if not given)."""
+    site = Site(
         # slurmctld starts only on a host named by SlurmctldHost.
         controller_hosts=(ControllerHost(name=socket.gethostname().split(".")[0], address="127.0.0.1"),),
         accounting_host="127.0.0.1",
@@ -181,7 +185,9 @@ def local_site(config: StackConfig, root: Path, ports: Ports, local_node: Option
         gpu_autodetect=None,
         gpu_device_prefix=str(root / "dev" / "gpu"),
         node_addresses=local_node_addresses(config, local_node),
+        pyxis_runtime_path=str(root / "run" / "pyxis"),
     )
+    return dataclasses.replace(site, spank_pyxis=spank_pyxis) if spank_pyxis else site
 
 
 def make_gpu_devices(prefix: str, count: int) -> None:
@@ -460,11 +466,13 @@ class LocalCluster(SlurmClient):
         self.ports = Ports.pick()
         self.storage_pass = os.urandom(12).hex()
         self.controllers: list[Controller] = []
+        self.spank_pyxis: Optional[str] = None
+        """The Pyxis plugin plugstack.conf names, once a test has built one."""
 
     # configuration -------------------------------------------------------
 
     def site_for(self, config: StackConfig) -> Site:
-        return local_site(config, self.root, self.ports, self.local_node)
+        return local_site(config, self.root, self.ports, self.local_node, self.spank_pyxis)
 
     @property
     def site(self) -> Site:

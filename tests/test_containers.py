@@ -1,0 +1,172 @@
+"""Containers in Slurm jobs (Pyxis/Enroot): config checks, plugstack.conf, enroot.conf and the slurmd
+pod of a pool with containers (mirrors components/compute.py and components/slurm_files.py; the
+real Slurm loading the plugin is tests/slurm/test_pyxis_plugstack.py, docs/containers.md)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dualsched.components.compute import enroot_directories
+from dualsched.components.slurm_files import kubernetes_site, render_enroot_conf, render_slurm_files
+from dualsched.config import ConfigError, parse_stack_config
+from dualsched.config.models import PoolContainers
+from dualsched.examples.sbatch_job import TRAINING_SCRIPT
+from rendering import container, mounts, pod_spec, render_raw, variant, volume
+from tests.conftest import raw_stack
+
+REPO = Path(__file__).resolve().parents[1]
+POOL_LABEL = "dualsched.io/pool"
+PYXIS_LINE = "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so runtime_path=/run/pyxis container_scope=job"
+
+
+def _containers_on_h100_a(raw):
+    raw["pools"][0]["containers"] = {}
+
+
+def _slurmd_of(rendered, pool: str):
+    return next(ds for ds in rendered.by_kind("DaemonSet") if pod_spec(ds)["nodeSelector"][POOL_LABEL] == pool)
+
+
+# ---------------------------------------------------------------------------- config
+
+
+def test_containers_default_to_pyxis_with_node_local_directories():
+    config = parse_stack_config(variant("prod", _containers_on_h100_a))
+    assert config.pools[0].containers == PoolContainers(
+        runtime="pyxis", runtime_path="/run/enroot", cache_path="/var/lib/enroot/cache", data_path="/var/lib/enroot/data"
+    )
+    assert config.runs_containers and not parse_stack_config(raw_stack("prod")).runs_containers
+
+
+def test_containers_where_they_cannot_run_are_rejected_all_at_once():
+    def edit(raw):
+        raw["pools"][2]["containers"] = {}  # partitioned
+        raw["pools"][0]["containers"] = {"cachePath": "/var/lib/enroot", "dataPath": "/var/lib/enroot/data"}
+        raw["pools"][1]["containers"] = {"runtimePath": "/run/enroot", "dataPath": "/run/enroot"}
+        raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "containers": {}})
+
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(variant("prod", edit))
+    message = str(caught.value)
+    for line in (
+        "pools[0].containers.cachePath: must not be, contain or lie inside dataPath (/var/lib/enroot/data) (got '/var/lib/enroot')",
+        "pools[1].containers.runtimePath: must not be, contain or lie inside dataPath (/run/enroot) (got '/run/enroot')",
+        "pools[2].containers: needs a privileged slurmd, which would see the GPUs a partitioned pool gives Kubernetes: "
+        "use a dedicated or time-shared pool (got 'partitioned')",
+        "pools[3].containers: runs Slurm job steps in containers, and a pool of mode 'kubernetes' runs no slurmd (got 'kubernetes')",
+    ):
+        assert line in message, message
+
+
+@pytest.mark.parametrize(("field", "value"), [("runtime", "docker"), ("cachePath", "var/cache"), ("dataPath", "")])
+def test_bad_container_fields_name_their_path(field, value):
+    raw = variant("prod", _containers_on_h100_a)
+    raw["pools"][0]["containers"][field] = value
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(raw)
+    assert f"pools[0].containers.{field}:" in str(caught.value)
+
+
+# ---------------------------------------------------------------------- Slurm files
+
+
+def test_plugstack_requires_pyxis_once_a_pool_runs_containers():
+    config = parse_stack_config(variant("prod", _containers_on_h100_a))
+    plugstack = render_slurm_files(config, kubernetes_site(config))["plugstack.conf"]
+    assert [line for line in plugstack.splitlines() if not line.startswith("#")] == [PYXIS_LINE]
+
+
+def test_plugstack_of_a_stack_without_containers_loads_nothing():
+    config = parse_stack_config(raw_stack("prod"))
+    plugstack = render_slurm_files(config, kubernetes_site(config))["plugstack.conf"]
+    assert plugstack.strip() and all(line.startswith("#") for line in plugstack.splitlines())
+
+
+def test_slurm_conf_keeps_the_default_plugstack_path():
+    """Configless slurmd fetches plugstack.conf with slurm.conf and reads it next to it in its cache;
+    a PlugStackConfig path would point it at a file the node does not have."""
+    config = parse_stack_config(variant("prod", _containers_on_h100_a))
+    assert "PlugStackConfig" not in render_slurm_files(config, kubernetes_site(config))["slurm.conf"]
+
+
+def test_enroot_conf_gives_each_user_its_own_directories():
+    containers = PoolContainers(runtime_path="/run/e", cache_path="/srv/cache", data_path="/srv/data")
+    settings = [line for line in render_enroot_conf(containers).splitlines() if line and not line.startswith("#")]
+    assert settings == [
+        "ENROOT_RUNTIME_PATH /run/e/user-$(id -u)",
+        "ENROOT_CACHE_PATH /srv/cache/group-$(id -g)",
+        "ENROOT_DATA_PATH /srv/data/user-$(id -u)",
+    ]
+
+
+# ------------------------------------------------------------------------ slurmd pods
+
+
+def test_every_slurmd_runs_the_pyxis_image_once_a_pool_has_containers():
+    """The plugstack.conf every slurmd fetches requires the plugin, so every pool's image carries it."""
+    rendered = render_raw(variant("prod", _containers_on_h100_a))
+    for pool in ("h100-a", "h100-b", "h100-shared"):
+        pod = pod_spec(_slurmd_of(rendered, pool))
+        assert {c["image"] for c in pod["containers"] + pod["initContainers"]} == {
+            "ghcr.io/slinkyproject/slurmd-pyxis:25.05-ubuntu24.04"
+        }
+
+
+def test_a_pool_with_containers_gets_enroot_config_directories_and_privilege():
+    rendered = render_raw(variant("prod", _containers_on_h100_a))
+    daemonset = _slurmd_of(rendered, "h100-a")
+    slurmd = container(daemonset, "slurmd")
+    assert slurmd["securityContext"] == {"privileged": True}
+    mounted = mounts(slurmd)
+    assert mounted["/etc/enroot/enroot.conf"] == {
+        "name": "enroot-conf", "mountPath": "/etc/enroot/enroot.conf", "readOnly": True, "subPath": "enroot.conf"
+    }
+    assert volume(daemonset, "enroot-runtime") == {"name": "enroot-runtime", "emptyDir": {}}
+    assert mounted["/run/enroot"]["name"] == "enroot-runtime"
+    for name, path in (("enroot-cache", "/var/lib/enroot/cache"), ("enroot-data", "/var/lib/enroot/data")):
+        assert volume(daemonset, name) == {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+        assert mounted[path]["name"] == name
+    config_map = rendered.named("ConfigMap", volume(daemonset, "enroot-conf")["configMap"]["name"], "slurm")
+    assert config_map.manifest["data"] == {"enroot.conf": render_enroot_conf(PoolContainers())}
+    # The directories are made before slurmd starts; slurmd is still what runs.
+    command = slurmd["command"]
+    assert command[:2] == ["sh", "-c"] and enroot_directories(PoolContainers()) in command[2]
+    assert command[2].endswith('&& exec "$@"') and command[4:7] == ["slurmd", "-D", "-N"]
+
+
+def test_pools_without_containers_keep_their_unprivileged_slurmd_and_no_enroot():
+    rendered = render_raw(variant("prod", _containers_on_h100_a))
+    slurmd = container(_slurmd_of(rendered, "h100-b"), "slurmd")
+    assert slurmd["securityContext"]["privileged"] is False
+    assert not any(path.startswith(("/etc/enroot", "/run/enroot", "/var/lib/enroot")) for path in mounts(slurmd))
+    assert len([cm for cm in rendered.by_kind("ConfigMap") if "enroot.conf" in cm.manifest.get("data", {})]) == 1
+
+
+def test_enroot_directories_are_made_sticky_and_world_writable(tmp_path):
+    """Run as the slurmd container runs it: every job user makes its own directory inside, none
+    removes another's. Twice: a restarted pod finds them already there."""
+    containers = PoolContainers(
+        runtime_path=str(tmp_path / "run"), cache_path=str(tmp_path / "cache"), data_path=str(tmp_path / "data")
+    )
+    for _ in range(2):
+        subprocess.run(["sh", "-c", enroot_directories(containers)], check=True)
+    for path in containers.paths.values():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o1777
+
+
+# --------------------------------------------------------------------------- example
+
+
+def test_the_container_example_is_the_seed_training_job_in_a_container():
+    """Same job as examples/sbatch_job.py; its step runs in the image with /shared mounted."""
+    example = (REPO / "examples" / "train_pyxis.sbatch").read_text()
+    sbatch_lines = [line for line in example.splitlines() if line.startswith("#SBATCH")]
+    assert sbatch_lines == [line for line in TRAINING_SCRIPT.splitlines() if line.startswith("#SBATCH")]
+    step = example.split("\nsrun ", 1)[1].replace("\\\n", " ").split()
+    assert step[:2] == ["--container-image=nvcr.io#nvidia/pytorch:25.09-py3", "--container-mounts=/shared:/shared"]
+    assert " ".join(step[2:]) == TRAINING_SCRIPT.split("\nsrun ", 1)[1].strip()
