@@ -13,9 +13,8 @@ from components.controller import SlurmController, SlurmControllerArgs
 from components.identity import UserDirectory, UserDirectoryArgs
 from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
 from components.munge import MungeKey, MungeKeyArgs
-from components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from components.namespace import SlurmNamespace, SlurmNamespaceArgs, node_keeper_policies
 from components.node_keeper import NodeKeeper, NodeKeeperArgs
-from components.nodepools import GpuNodePool, GpuNodePoolArgs
 from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from components.slurm_files import kubernetes_site
 from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
@@ -30,10 +29,11 @@ SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
 class DualScheduledCluster(pulumi.ComponentResource):
     """Composes the components the config asks for; data flows one way, from the config to the objects.
 
-    A stack without a ``slurm`` section builds no Slurm (no lock, no Slurm namespace, no node keeper:
-    its pools are mode kubernetes, without taints); one without model servers builds no inference
-    namespace. Outputs: the namespaces, the controller address and the slurm.conf hash (None without
-    Slurm), and the inference endpoints (model name -> in-cluster URL).
+    A stack without a ``slurm`` section builds no Slurm (no lock, no Slurm namespace; its pools are mode
+    kubernetes, without taints, and the node keeper that labels them runs in the inference namespace);
+    one without model servers builds no inference namespace. Outputs: the namespaces, the controller
+    address and the slurm.conf hash (None without Slurm), and the inference endpoints (model name ->
+    in-cluster URL).
     """
 
     submission: Optional[JobSubmission] = None
@@ -56,28 +56,22 @@ class DualScheduledCluster(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
-        # Taints are kept by an in-cluster program beside Slurm, which shares each node's taint list with other
-        # writers (docs/architecture.md, "Node taints"). Always there with Slurm: only it can take off a taint that
-        # leaves the config. Labels wait for it, so a node joins its pool only once it carries the pool's taints.
-        keeper = None
-        if config.slurm is not None:
-            keeper = NodeKeeper(f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM]), opts=child(self))
-        labels_wait_for = [keeper] if keeper else []
-        node_pools = {
-            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self, depends_on=labels_wait_for))
-            for pool in config.pools
-        }
+        # Labels and taints are kept by an in-cluster program, which shares each node's taint list with other
+        # writers (docs/architecture.md, "Node labels and taints") and costs the engine nothing per node (docs/benchmark.md).
+        # Only it can take off a label or taint that leaves the config. It is ready once every pool node carries
+        # its pool's labels and taints: slurmd and the model servers wait for that, as their nodeSelector and
+        # affinity match labels that the keeper, not the engine, writes.
+        keeper = NodeKeeper(
+            f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM if config.slurm else INFERENCE]), opts=child(self)
+        )
 
         self.controller_address: Optional[pulumi.Output[str]] = None
         self.slurm_conf_hash: Optional[str] = None
         if config.slurm is not None:
-            self._slurm(name, config, namespaces, storage, node_pools)
+            self._slurm(name, config, namespaces, storage, keeper)
         endpoints = {}
         if config.serves_models:
-            # Model servers wait for the labels of the nodes they can land on, and only those (each dependency on
-            # a pool fans out to one per node), and for the taints that keep them off Slurm's nodes and closed windows.
-            waits_for = [*labels_wait_for, *(node_pools[pool.name] for pool in config.inference_pools)]
-            endpoints = self._model_servers(name, config, namespaces[INFERENCE], storage, waits_for)
+            endpoints = self._model_servers(name, config, namespaces[INFERENCE], storage, keeper)
 
         self.namespaces = namespaces
         self.inference_endpoints = endpoints
@@ -95,7 +89,11 @@ class DualScheduledCluster(pulumi.ComponentResource):
         if config.slurm is not None:
             namespaces[SLURM] = SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config, config.protect_state), opts=child(self)).name
         if config.serves_models:
-            namespaces[INFERENCE] = InferenceNamespace(f"{name}-inference", config.inference, opts=child(self)).name
+            # without Slurm, the node keeper runs here
+            keeper_policies = node_keeper_policies(config) if config.slurm is None else None
+            namespaces[INFERENCE] = InferenceNamespace(
+                f"{name}-inference", config.inference, opts=child(self), other_programs=keeper_policies
+            ).name
         if config.submission.enabled:  # config.checks: only with Slurm
             namespaces[JOBS] = JobSubmissionNamespace(f"{name}-jobs", config, opts=child(self)).name
         return namespaces
@@ -106,7 +104,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         config: StackConfig,
         namespaces: dict[str, pulumi.Output[str]],
         storage: SharedStorageVolumes,
-        node_pools: dict[str, GpuNodePool],
+        keeper: NodeKeeper,
     ) -> None:
         """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
@@ -154,7 +152,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
                     storage.claim_names[SLURM],
                 ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
-                opts=child(self, depends_on=[node_pools[pool.name]]),
+                opts=child(self, depends_on=[keeper]),
             )
         if config.submission.enabled:
             minter = TokenMinter(
@@ -174,7 +172,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         self.slurm_conf_hash = slurm_config.hash
 
     def _model_servers(
-        self, name: str, config: StackConfig, namespace: pulumi.Output[str], storage: SharedStorageVolumes, waits_for: list[pulumi.Resource]
+        self, name: str, config: StackConfig, namespace: pulumi.Output[str], storage: SharedStorageVolumes, keeper: NodeKeeper
     ) -> dict[str, pulumi.Output[str]]:
         """One ModelServer per model; model name -> its in-cluster endpoint."""
         endpoints = {}
@@ -182,7 +180,9 @@ class DualScheduledCluster(pulumi.ComponentResource):
             server = ModelServer(
                 f"{name}-{model.name}",
                 ModelServerArgs(config, model, namespace, storage.claim_names[INFERENCE]),
-                opts=child(self, depends_on=waits_for),
+                # the labels of the nodes they may land on, and the taints that keep them off Slurm's nodes
+                # and closed windows
+                opts=child(self, depends_on=[keeper]),
             )
             endpoints[model.name] = server.endpoint
         return endpoints
