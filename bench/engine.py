@@ -192,7 +192,7 @@ class World:
         (which writes them on a real cluster, tests/node/test_node_taints.py) is only marked Ready here; with
         the labels the slurmd DaemonSets get their pod per node, as on a real fleet."""
         from bench.fleet import fleet_config
-        from components.nodepools import pool_labels
+        from dualsched.components.nodepools import pool_labels
 
         config = fleet_config(self.nodes)
         kept = {node: pool_labels(config, pool) for pool in config.pools for node in pool.node_names}
@@ -267,7 +267,7 @@ class World:
 MAIN_LIBRARY = '''"""bench: the library program for a generated fleet (bench-settings.json)."""
 import json
 from bench.fleet import fleet_config
-from components.program import build
+from dualsched.components.program import build
 settings = json.load(open("bench-settings.json"))
 build(fleet_config(settings["nodes"], settings["variant"]))
 '''

@@ -34,7 +34,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from config.models import StackConfig
+from dualsched.config.models import StackConfig
 
 _REF = "$flat-ref"
 _K8S_MODULES = {"core": k8s.core.v1, "apps": k8s.apps.v1, "networking": k8s.networking.v1, "rbac": k8s.rbac.v1,
@@ -60,7 +60,7 @@ def _constructor(token: str):
 
 def capture(config: StackConfig) -> dict[str, Any]:
     """What the library registers for ``config``, as plain data for ``build``."""
-    from components.render import _auto_name, render_config
+    from dualsched.components.render import _auto_name, render_config
 
     render = render_config(config)
     regs = render.registrations

@@ -13,9 +13,9 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import SKIP_AWAIT, child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
-from components.namespace import Spec, inference_policies, network_policies, pod_security_labels
-from config.models import Inference, InferenceModel, InferenceServer, PoolMode, StackConfig
+from dualsched.components.common import SKIP_AWAIT, child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
+from dualsched.components.namespace import Spec, inference_policies, network_policies, pod_security_labels
+from dualsched.config.models import Inference, InferenceModel, InferenceServer, PoolMode, StackConfig
 
 HTTP_PORT = 8000
 MODELS_MOUNT = "/models"

@@ -18,12 +18,12 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import (
+from dualsched.components.common import (
     bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
 )
-from components.nodepools import pool_labels
-from components.programs import source
-from config.models import NOBODY_UID, NodePool, StackConfig, Taint
+from dualsched.components.nodepools import pool_labels
+from dualsched.components.programs import source
+from dualsched.config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
 KEEPER = "node-keeper"
 PROGRAM_FILE = "node_keeper.py"

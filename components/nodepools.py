@@ -10,7 +10,7 @@ middle of a week-long Slurm job.
 
 from __future__ import annotations
 
-from config.models import NodePool, StackConfig
+from dualsched.config.models import NodePool, StackConfig
 
 MODE_LABEL = "dualsched.io/mode"
 SLURM_GPUS_LABEL = "dualsched.io/slurm-gpus"

@@ -14,8 +14,8 @@ dualsched schema; see examples/Pulumi.own-program.yaml). For a config it deploys
 It refuses a config asking for what it does not build (model servers, job submission from
 Kubernetes) rather than ignore it. Render it, reading the config itself or given it:
 
-    python -m components.render --stack-file examples/Pulumi.own-program.yaml --program examples.own_program:main --out build/own
-    python -m components.render --stack-file examples/Pulumi.own-program.yaml --config-key training:cluster \\
+    python -m dualsched.components.render --stack-file examples/Pulumi.own-program.yaml --program examples.own_program:main --out build/own
+    python -m dualsched.components.render --stack-file examples/Pulumi.own-program.yaml --config-key training:cluster \\
         --program examples.own_program:slurm_only --out build/own
 
 As the ``__main__.py`` of a Pulumi project, it runs ``main()``.
@@ -27,20 +27,20 @@ from typing import Optional
 
 import pulumi
 
-from components.accounting import Accounting, AccountingArgs
-from components.common import child
-from components.compute import ComputePool, ComputePoolArgs
-from components.controller import SlurmController, SlurmControllerArgs
-from components.identity import UserDirectory, UserDirectoryArgs
-from components.munge import MungeKey, MungeKeyArgs
-from components.namespace import SlurmNamespace, SlurmNamespaceArgs
-from components.node_keeper import NodeKeeper, NodeKeeperArgs
-from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
-from components.slurm_files import kubernetes_site
-from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
-from components.tokens import JwtKey, JwtKeyArgs
-from config import ConfigError, Problem, StackConfig, parse_stack_config
-from config.checks import MISSING
+from dualsched.components.accounting import Accounting, AccountingArgs
+from dualsched.components.common import child
+from dualsched.components.compute import ComputePool, ComputePoolArgs
+from dualsched.components.controller import SlurmController, SlurmControllerArgs
+from dualsched.components.identity import UserDirectory, UserDirectoryArgs
+from dualsched.components.munge import MungeKey, MungeKeyArgs
+from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
+from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
+from dualsched.components.slurm_files import kubernetes_site
+from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
+from dualsched.components.tokens import JwtKey, JwtKeyArgs
+from dualsched.config import ConfigError, Problem, StackConfig, parse_stack_config
+from dualsched.config.checks import MISSING
 
 CONFIG_NAMESPACE, CONFIG_KEY = "training", "cluster"
 SLURM = "slurm"

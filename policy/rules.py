@@ -4,7 +4,7 @@ Every rule takes a :class:`Resource` (a manifest as a dict, plus the Pulumi
 ``protect`` option) and the pack :class:`Settings`, and returns the list of
 violation messages (empty when the resource complies). The same functions are
 used by the CrossGuard pack (``policy/__main__.py``), by the offline check
-(``python -m policy.offline``) and by the unit tests; nothing here imports
+(``python -m dualsched.policy.offline``) and by the unit tests; nothing here imports
 Pulumi.
 
 Settings come from the pack config (per policy, see ``PulumiPolicy.yaml`` and

@@ -28,7 +28,7 @@ def _registered_types(program: str, nodes: int) -> Counter:
 
     config = fleet_config(nodes)
     if program == "library":
-        from components.program import build
+        from dualsched.components.program import build
 
         def body():
             build(config)

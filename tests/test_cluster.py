@@ -10,9 +10,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-import components
-from components.cluster import DualScheduledCluster
-from components.slurm_config import CLUSTER_NAME_LOCK
+import dualsched.components
+from dualsched.components.cluster import DualScheduledCluster
+from dualsched.components.slurm_config import CLUSTER_NAME_LOCK
 from rendering import render_raw, render_stack, render_with_registrations, variant
 
 CLUSTER = "dualsched:cluster:DualScheduledCluster"
@@ -22,7 +22,7 @@ def _component_classes() -> dict[str, type]:
     """Every ComponentResource class defined in a components module, by module.ClassName."""
     classes = {}
     for info in pkgutil.iter_modules(components.__path__):
-        module = importlib.import_module(f"components.{info.name}")
+        module = importlib.import_module(f"dualsched.components.{info.name}")
         for name, value in vars(module).items():
             if inspect.isclass(value) and issubclass(value, pulumi.ComponentResource) and value.__module__ == module.__name__:
                 classes[f"{info.name}.{name}"] = value
@@ -42,7 +42,7 @@ def test_type_tokens_name_the_module_and_class(stack):
     for registration in render_stack(stack).components():
         package, module, name = registration.type.split(":")
         assert package == "dualsched"
-        cls = getattr(importlib.import_module(f"components.{module}"), name)
+        cls = getattr(importlib.import_module(f"dualsched.components.{module}"), name)
         assert issubclass(cls, pulumi.ComponentResource)
 
 

@@ -21,11 +21,11 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing import Annotated
 
-from config import ConfigError, load_stack_file, parse_stack_config
-from config import types
-from config.loader import MAX_DEPTH, MAX_STACK_FILE_BYTES, read_stack_document
-from policy import offline
-from policy import rules
+from dualsched.config import ConfigError, load_stack_file, parse_stack_config
+from dualsched.config import types
+from dualsched.config.loader import MAX_DEPTH, MAX_STACK_FILE_BYTES, read_stack_document
+from dualsched.policy import offline
+from dualsched.policy import rules
 from tests.conftest import ROOT, raw_stack
 
 PROBLEM_LINE = re.compile(r"^  \S.*: .+ \(got .*\)$")
@@ -147,7 +147,7 @@ def test_every_pattern_answers_adversarial_input_at_once():
     script = textwrap.dedent(
         f"""
         from pydantic import TypeAdapter, ValidationError
-        from config import types
+        from dualsched.config import types
         for name, value in {ADVERSARIAL!r}.items():
             try:
                 TypeAdapter(getattr(types, name)).validate_python(value)
@@ -222,7 +222,7 @@ def _args(annotation) -> list:
 
 
 def test_every_text_field_refuses_a_huge_value():
-    from config.models import StackConfig
+    from dualsched.config.models import StackConfig
 
     text_fields = [(m, n, f) for m, n, f in _models_and_fields(StackConfig, set()) if str in _args(f.annotation)]
     assert len(text_fields) > 20
@@ -392,7 +392,7 @@ def test_the_real_stack_files_pass_the_strict_reader():
 def test_the_render_cli_refuses_a_bomb_without_a_traceback(tmp_path):
     bad = _write(tmp_path, "config:\n  a: &a [1, 2]\n  dualsched:pools: *a\n")
     result = subprocess.run(
-        [sys.executable, "-m", "components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "dualsched.components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
@@ -404,7 +404,7 @@ def test_the_program_holds_the_stack_file_to_the_same_rules(tmp_path, monkeypatc
     even though the values the engine hands over look fine."""
     import pulumi
 
-    from config import load_pulumi_config
+    from dualsched.config import load_pulumi_config
 
     text = (ROOT / "Pulumi.dev.yaml").read_text().replace("    clusterName: dev\n", "    clusterName: dev\n    clusterName: dev\n", 1)
     (tmp_path / "Pulumi.dupes.yaml").write_text(text)
@@ -420,7 +420,7 @@ def test_deeply_nested_engine_values_are_a_clear_message(monkeypatch):
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    from config import load_pulumi_config
+    from dualsched.config import load_pulumi_config
 
     monkeypatch.setattr(pulumi, "get_stack", lambda: "no-such-stack")
     monkeypatch.setattr(runtime_config, "get_config_env", lambda: {"dualsched:slurm": "[" * 50_000 + "]" * 50_000})

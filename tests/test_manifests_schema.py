@@ -16,7 +16,7 @@ import kubernetes_validate.utils
 import pytest
 import yaml
 
-from components.render import write_render
+from dualsched.components.render import write_render
 from rendering import render_raw, render_stack, variant
 
 

@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import pytest
 
-from components.node_keeper import KEEPER_DIR, PROGRAM_FILE, STATE_FILE, desired_state
-from components.programs import source
-from components.programs.node_keeper import (
+from dualsched.components.node_keeper import KEEPER_DIR, PROGRAM_FILE, STATE_FILE, desired_state
+from dualsched.components.programs import source
+from dualsched.components.programs.node_keeper import (
     FIELD_MANAGER,
     OWNED_ANNOTATION,
     OWNED_LABELS_ANNOTATION,

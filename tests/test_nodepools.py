@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from components.node_keeper import STATE_FILE
-from components.nodepools import MODE_LABEL, SLURM_GPUS_LABEL, pool_labels
+from dualsched.components.node_keeper import STATE_FILE
+from dualsched.components.nodepools import MODE_LABEL, SLURM_GPUS_LABEL, pool_labels
 from rendering import render_raw, render_stack, variant
 
 POOL_LABEL = "dualsched.io/pool"

@@ -1,4 +1,4 @@
-"""The offline render: `python -m components.render` writes what `pulumi up` would create."""
+"""The offline render: `python -m dualsched.components.render` writes what `pulumi up` would create."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pulumi
 import pytest
 import yaml
 
-from components import render as render_module
-from components.program import build
-from components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, TransformsRefused, main, render_config, write_render
+from dualsched.components import render as render_module
+from dualsched.components.program import build
+from dualsched.components.render import CLUSTER_SCOPED, MANIFEST, REDACTED, TransformsRefused, main, render_config, write_render
 from rendering import ROOT, raw_stack, render_stack
 
 SUMMARY_LINE = re.compile(r"^\s+([A-Za-z]+)\s+(\d+)$")
@@ -225,7 +225,7 @@ def test_config_reads_a_stack_file_from_any_path(tmp_path, capsys):
 
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "components.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "dualsched.components.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_invalid_config_exits_2_with_every_problem_and_no_traceback(tmp_path):
@@ -294,7 +294,7 @@ def test_stack_reads_the_working_directorys_stack_file_not_the_packages(tmp_path
     raw["slurm"]["clusterName"] = "consumer"
     project = _project(tmp_path / "project", _dualsched_keys(raw))
     # dualsched importable from anywhere, as `pip install` makes it; the repository has a Pulumi.prod.yaml too
-    result = subprocess.run([sys.executable, "-m", "components.render", "--stack", "prod", "--out", "build"], cwd=project,
+    result = subprocess.run([sys.executable, "-m", "dualsched.components.render", "--stack", "prod", "--out", "build"], cwd=project,
                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert "ClusterName=consumer\n" in (project / "build" / "slurm-files" / "slurm.conf").read_text()

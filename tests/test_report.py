@@ -19,9 +19,9 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from components.node_keeper import STATE_FILE
-from components.render import SECRET_SIGNATURE, Render, write_render
-from components.report import (
+from dualsched.components.node_keeper import STATE_FILE
+from dualsched.components.render import SECRET_SIGNATURE, Render, write_render
+from dualsched.components.report import (
     MARKER,
     Finding,
     Impact,

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from components.node_keeper import KEEPER, STATE_FILE  # noqa: E402
-from components.programs.node_keeper import ApiServer, Keeper, log_line  # noqa: E402
+from dualsched.components.node_keeper import KEEPER, STATE_FILE  # noqa: E402
+from dualsched.components.programs.node_keeper import ApiServer, Keeper, log_line  # noqa: E402
 
 PERIOD = 2.0
 

@@ -22,8 +22,8 @@ from typing import Iterator
 import pytest
 import yaml
 
-from components.node_keeper import KEEPER
-from components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
+from dualsched.components.node_keeper import KEEPER
+from dualsched.components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
 from e2e_support import TIMINGS, copy_project, tail
 from node_support import NodeWorld, local_config
 
@@ -45,9 +45,9 @@ PROGRAM = """
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.namespace import SlurmNamespace, SlurmNamespaceArgs
-from components.node_keeper import NodeKeeper, NodeKeeperArgs
-from config import load_pulumi_config
+from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
+from dualsched.config import load_pulumi_config
 
 config = load_pulumi_config()
 namespace = SlurmNamespace("keeper", SlurmNamespaceArgs(config))
