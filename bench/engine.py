@@ -51,8 +51,6 @@ TOOLS = ROOT / "tools"
 VENV = ROOT / ".venv"
 SIZES = (256, 1024, 4096)
 PROGRAMS = ("library", "flat")
-EXTRA_PROGRAMS = ("no-patches",)
-"""``no-patches``: the flat plan without its NodePatches, the floor of a design with no resource per node."""
 OPS = ("up", "preview", "noop-up", "pool", "conf", "destroy")
 PASSPHRASE = "dualsched-bench"
 BENCH_USER = "dualsched-bench"
@@ -190,16 +188,23 @@ class World:
         self.run([str(TOOLS / "cluster.sh"), "down"], check=False, timeout=600)
 
     def _fleet_nodes(self) -> None:
+        """The fleet's nodes, with their pools' labels already on: KWOK runs no container, so the node keeper
+        (which writes them on a real cluster, tests/node/test_node_taints.py) is only marked Ready here; with
+        the labels the slurmd DaemonSets get their pod per node, as on a real fleet."""
         from bench.fleet import fleet_config
+        from dualsched.components.nodepools import pool_labels
 
-        names = [node for pool in fleet_config(self.nodes).pools for node in pool.node_names]
+        config = fleet_config(self.nodes)
+        kept = {node: pool_labels(config, pool) for pool in config.pools for node in pool.node_names}
+        names = list(kept)
         capacity = {"cpu": "256", "memory": "4Ti", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "1Ti"}
         for chunk in range(0, len(names), 512):
             items = [{
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                                       "kubernetes.io/arch": "amd64", "type": "kwok",
-                                                      "node-role.kubernetes.io/gpu": "", "nvidia.com/gpu.present": "true"},
+                                                      "node-role.kubernetes.io/gpu": "", "nvidia.com/gpu.present": "true",
+                                                      **kept[name]},
                              "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
                 "spec": {},
                 "status": {"capacity": capacity, "allocatable": capacity, "phase": "Running"},
@@ -208,10 +213,15 @@ class World:
         self.kubectl("wait", "--for=condition=Ready", "nodes", "-l", "nvidia.com/gpu.present=true", "--timeout=900s", timeout=1000)
 
     def _rwx_volumes(self) -> None:
-        """The fleet's controller state claim is ReadWriteMany with no class: class-less RWX PVs for it."""
+        """The fleet's controller state claim is ReadWriteMany with no class: class-less RWX PVs for it.
+
+        ReadWriteMany only: the PV binder looks for a claim's volume among the PVs with exactly its access
+        modes first, and only then among those with more. With RWO too, the shared-storage PV (RWX, bound
+        by its own claim's volumeName, not by a claimRef) was the first match whenever the state claim came
+        before the shared claim, and the shared claim then stayed Pending (seen at 256 nodes)."""
         self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [{
             "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"bench-rwx-{i}"},
-            "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"], "storageClassName": "",
+            "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
                      "persistentVolumeReclaimPolicy": "Retain",
                      "hostPath": {"path": str(self.cluster_dir / "volumes" / f"bench-rwx-{i}"), "type": "DirectoryOrCreate"}},
         } for i in range(2)]}))
@@ -284,12 +294,10 @@ class Project:
             f"    virtualenv: {VENV}\n")
         if program != "library":
             from bench.fleet import VARIANTS, fleet_config
-            from bench.flat_program import capture, without_node_patches
+            from bench.flat_program import capture
 
             for variant in VARIANTS:
                 plan = capture(fleet_config(nodes, variant))
-                if program == "no-patches":
-                    plan = without_node_patches(plan)
                 (self.dir / f"plan-{variant}.json").write_text(json.dumps(plan))
         self.env = {**world.env, "PULUMI_BACKEND_URL": f"file://{self.backend}", "KUBECONFIG": str(world.bench_kubeconfig)}
         self.world.run(["pulumi", "stack", "init", STACK, "--non-interactive"], cwd=self.dir, env=self.env)
@@ -468,7 +476,7 @@ def _mem_gib() -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS + EXTRA_PROGRAMS)
+    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "engine-results.json", help="raw rows (appended per size)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "ENGINE-RESULTS.md")
     parser.add_argument("--no-write", action="store_true")

@@ -5,7 +5,7 @@
 inputs exactly as registered (camelCase, as on the wire), protect / retainOnDelete / ignoreChanges,
 and the dependencies (those of its own registration plus those of every component above it,
 component URNs expanded to the custom resources under them, which is what makes a slurmd
-DaemonSet wait for its pool's node patches). The result is plain data (JSON).
+DaemonSet wait for the node keeper's Deployment). The result is plain data (JSON).
 
 ``build(plan)`` registers those resources by direct constructors (``k8s.core.v1.ConfigMap(...)``,
 ``random.RandomBytes(...)``), in the same order, with the same options and explicit ``depends_on``.
@@ -13,6 +13,10 @@ Auto-named objects stay auto-named: a string that named one in the render (the r
 auto name) becomes that resource's real ``metadata.name`` output, and a generated secret value
 becomes the Random resource's output, so the flat program deploys the same objects and wires them
 the same way as the library.
+
+"The same objects" are the same Kubernetes objects with the same specs, and nothing per node in
+either program: the pools' node labels and taints are data of the node keeper's ConfigMap, which both
+deploy identically and whose program writes them onto the nodes (components/node_keeper.py).
 
 So the floor registers the same objects by construction (no hand-copied spec can drift from the
 library, the mistake the old hand-written floor made). What it does not pay for: building the specs
@@ -163,27 +167,3 @@ def build(plan: dict[str, Any]) -> None:
         made.append(_constructor(spec["type"])(spec["name"], opts=opts, **{_snake(k): v for k, v in inputs.items()}))
     for key, value in plan["exports"].items():
         pulumi.export(key, value)
-
-
-def without_node_patches(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan minus its per-node NodePatches: the floor of a design in which no Pulumi resource
-    exists per node (labels written by an in-cluster owner, as the node keeper writes taints)."""
-    resources = plan["resources"]
-    keep = [i for i, r in enumerate(resources) if r["type"] != "kubernetes:core/v1:NodePatch"]
-    new_index = {old: new for new, old in enumerate(keep)}
-
-    def remap(value: Any) -> Any:
-        if isinstance(value, dict):
-            if _REF in value:
-                return {**value, "refs": [[tok, new_index[i], attr] for tok, i, attr in value["refs"]]}
-            return {k: remap(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [remap(v) for v in value]
-        return value
-
-    out = []
-    for i in keep:
-        r = resources[i]
-        out.append({**r, "inputs": remap(r["inputs"]) if r["has_refs"] else r["inputs"],
-                    "depends_on": [new_index[d] for d in r["depends_on"] if d in new_index]})
-    return {**plan, "resources": out}

@@ -14,9 +14,8 @@ from dualsched.components.identity import UserDirectory, UserDirectoryArgs
 from dualsched.components.inference import InferenceNamespace, ModelServer, ModelServerArgs
 from dualsched.components.metrics import SlurmMetrics, SlurmMetricsArgs
 from dualsched.components.munge import MungeKey, MungeKeyArgs
-from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs, node_keeper_policies
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
-from dualsched.components.nodepools import GpuNodePool, GpuNodePoolArgs
 from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from dualsched.components.slurm_files import kubernetes_site
 from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
@@ -31,10 +30,11 @@ SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
 class DualScheduledCluster(pulumi.ComponentResource):
     """Composes the components the config asks for; data flows one way, from the config to the objects.
 
-    A stack without a ``slurm`` section builds no Slurm (no lock, no Slurm namespace, no node keeper:
-    its pools are mode kubernetes, without taints); one without model servers builds no inference
-    namespace. Outputs: the namespaces, the controller address and the slurm.conf hash (None without
-    Slurm), and the inference endpoints (model name -> in-cluster URL).
+    A stack without a ``slurm`` section builds no Slurm (no lock, no Slurm namespace; its pools are mode
+    kubernetes, without taints, and the node keeper that labels them runs in the inference namespace);
+    one without model servers builds no inference namespace. Outputs: the namespaces, the controller
+    address and the slurm.conf hash (None without Slurm), and the inference endpoints (model name ->
+    in-cluster URL).
     """
 
     submission: Optional[JobSubmission] = None
@@ -57,28 +57,22 @@ class DualScheduledCluster(pulumi.ComponentResource):
             ),
             opts=child(self),
         )
-        # Taints are kept by an in-cluster program beside Slurm, which shares each node's taint list with other
-        # writers (docs/architecture.md, "Node taints"). Always there with Slurm: only it can take off a taint that
-        # leaves the config. Labels wait for it, so a node joins its pool only once it carries the pool's taints.
-        keeper = None
-        if config.slurm is not None:
-            keeper = NodeKeeper(f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM]), opts=child(self))
-        labels_wait_for = [keeper] if keeper else []
-        node_pools = {
-            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self, depends_on=labels_wait_for))
-            for pool in config.pools
-        }
+        # Labels and taints are kept by an in-cluster program, which shares each node's taint list with other
+        # writers (docs/architecture.md, "Node labels and taints") and costs the engine nothing per node (docs/benchmark.md).
+        # Only it can take off a label or taint that leaves the config. It is ready once every pool node carries
+        # its pool's labels and taints: slurmd and the model servers wait for that, as their nodeSelector and
+        # affinity match labels that the keeper, not the engine, writes.
+        keeper = NodeKeeper(
+            f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM if config.slurm else INFERENCE]), opts=child(self)
+        )
 
         self.controller_address: Optional[pulumi.Output[str]] = None
         self.slurm_conf_hash: Optional[str] = None
         if config.slurm is not None:
-            self._slurm(name, config, namespaces, storage, node_pools)
+            self._slurm(name, config, namespaces, storage, keeper)
         endpoints = {}
         if config.serves_models:
-            # Model servers wait for the labels of the nodes they can land on, and only those (each dependency on
-            # a pool fans out to one per node), and for the taints that keep them off Slurm's nodes and closed windows.
-            waits_for = [*labels_wait_for, *(node_pools[pool.name] for pool in config.inference_pools)]
-            endpoints = self._model_servers(name, config, namespaces[INFERENCE], storage, waits_for)
+            endpoints = self._model_servers(name, config, namespaces[INFERENCE], storage, keeper)
 
         self.namespaces = namespaces
         self.inference_endpoints = endpoints
@@ -96,7 +90,11 @@ class DualScheduledCluster(pulumi.ComponentResource):
         if config.slurm is not None:
             namespaces[SLURM] = SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config, config.protect_state), opts=child(self)).name
         if config.serves_models:
-            namespaces[INFERENCE] = InferenceNamespace(f"{name}-inference", config.inference, opts=child(self)).name
+            # without Slurm, the node keeper runs here
+            keeper_policies = node_keeper_policies(config) if config.slurm is None else None
+            namespaces[INFERENCE] = InferenceNamespace(
+                f"{name}-inference", config.inference, opts=child(self), other_programs=keeper_policies
+            ).name
         if config.submission.enabled:  # config.checks: only with Slurm
             namespaces[JOBS] = JobSubmissionNamespace(f"{name}-jobs", config, opts=child(self)).name
         return namespaces
@@ -107,7 +105,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         config: StackConfig,
         namespaces: dict[str, pulumi.Output[str]],
         storage: SharedStorageVolumes,
-        node_pools: dict[str, GpuNodePool],
+        keeper: NodeKeeper,
     ) -> None:
         """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
@@ -157,7 +155,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
                     storage.claim_names[SLURM],
                 ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
-                opts=child(self, depends_on=[node_pools[pool.name]]),
+                opts=child(self, depends_on=[keeper]),
             )
         if config.submission.enabled:
             minter = TokenMinter(
@@ -177,7 +175,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         self.slurm_conf_hash = slurm_config.hash
 
     def _model_servers(
-        self, name: str, config: StackConfig, namespace: pulumi.Output[str], storage: SharedStorageVolumes, waits_for: list[pulumi.Resource]
+        self, name: str, config: StackConfig, namespace: pulumi.Output[str], storage: SharedStorageVolumes, keeper: NodeKeeper
     ) -> dict[str, pulumi.Output[str]]:
         """One ModelServer per model; model name -> its in-cluster endpoint."""
         endpoints = {}
@@ -185,7 +183,9 @@ class DualScheduledCluster(pulumi.ComponentResource):
             server = ModelServer(
                 f"{name}-{model.name}",
                 ModelServerArgs(config, model, namespace, storage.claim_names[INFERENCE]),
-                opts=child(self, depends_on=waits_for),
+                # the labels of the nodes they may land on, and the taints that keep them off Slurm's nodes
+                # and closed windows
+                opts=child(self, depends_on=[keeper]),
             )
             endpoints[model.name] = server.endpoint
         return endpoints

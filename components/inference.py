@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import SKIP_AWAIT, child, claim_volume, empty_dir, labels, locked_down, meta, mount, requirements
-from dualsched.components.namespace import inference_policies, network_policies, pod_security_labels
+from dualsched.components.namespace import Spec, inference_policies, network_policies, pod_security_labels
 from dualsched.config.models import Inference, InferenceModel, InferenceServer, PoolMode, StackConfig
 
 HTTP_PORT = 8000
@@ -69,7 +69,10 @@ class InferenceNamespace(pulumi.ComponentResource):
 
     name: pulumi.Output[str]
 
-    def __init__(self, name: str, inference: Inference, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(
+        self, name: str, inference: Inference, opts: Optional[pulumi.ResourceOptions] = None, other_programs: Optional[dict[str, Spec]] = None
+    ):
+        """``other_programs``: the policies of programs that run here too (an inference-only stack's node keeper)."""
         super().__init__("dualsched:inference:InferenceNamespace", name, None, opts)
         level = inference.pod_security.value
         namespace_labels = labels("inference", name)
@@ -79,7 +82,7 @@ class InferenceNamespace(pulumi.ComponentResource):
             opts=child(self),
         )
         self.name = namespace.metadata.name
-        network_policies(self, name, self.name, namespace_labels, inference_policies(inference, HTTP_PORT))
+        network_policies(self, name, self.name, namespace_labels, {**inference_policies(inference, HTTP_PORT), **(other_programs or {})})
         self.register_outputs({"name": self.name})
 
 

@@ -19,7 +19,7 @@ from dualsched.components.common import child, labels, meta, resource_list, stat
 from dualsched.components.node_keeper import KEEPER
 from dualsched.components.slurmrestd import RESTD, RESTD_PORT
 from dualsched.components.tokens import MINTER, MINTER_PORT
-from dualsched.config.models import DatabaseMode, Inference, StackConfig
+from dualsched.config.models import DatabaseMode, Inference, Network, StackConfig
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -77,7 +77,10 @@ def _allow(
 
 def _api_server(config: StackConfig) -> list[tuple[list[Peer], int]]:
     """Egress to the API server. Policies see the endpoint's address and port, after the `kubernetes`
-    Service's are translated."""
+    Service's are translated. An inference-only stack may name no addresses (no ``network``): there, any
+    address on the default ports (its node keeper is the only caller)."""
+    if config.network is None:
+        return [(None, port) for port in Network.model_fields["api_server_ports"].default]
     return [(_addresses(config.network.api_server), port) for port in config.network.api_server_ports]
 
 
@@ -93,6 +96,11 @@ def baseline_policies() -> dict[str, Spec]:
             egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*_ports(DNS_PORT, protocol="UDP"), *_ports(DNS_PORT)])],
         ),
     }
+
+
+def node_keeper_policies(config: StackConfig) -> dict[str, Spec]:
+    """The node keeper GETs and PATCHes nodes; nobody calls it (the kubelet's probes come from the node itself)."""
+    return {KEEPER: _allow(KEEPER, egress=_api_server(config))}
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
@@ -120,8 +128,7 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
                 *([([_pods("slurmdbd")], SLURMDBD_PORT)] if accounting else []),
             ],
         ),
-        # it GETs and PATCHes nodes; nobody calls it (the kubelet's probes come from the node itself)
-        KEEPER: _allow(KEEPER, egress=_api_server(config)),
+        **node_keeper_policies(config),
     }
     if slurm.metrics.enabled:
         # Prometheus, from the namespaces the config names, scrapes the exporter beside slurmctld

@@ -1,10 +1,12 @@
-"""The node keeper: the pools' taints on their nodes, kept by a small program in the cluster.
+"""The node keeper: the pools' labels and taints on their nodes, kept by a small program in the cluster.
 
 Taints are not patched by Pulumi: under server-side apply ``spec.taints`` is one atomic list, which
-other writers share (docs/architecture.md, "Node taints"). The program
-(components/programs/node_keeper.py) edits the list with merge patches instead, touching only the
-taints it owns, and switches a time-shared pool's window taint at the window's edges. Here: the
-program and its desired state, its RBAC (get and patch on the pool nodes, by name) and its Deployment.
+other writers share (docs/architecture.md, "Node labels and taints"). Labels are not either: a resource per node
+costs the engine its whole Node in the state at every step (docs/benchmark.md). The program
+(components/programs/node_keeper.py) merge-patches both, touching only the labels and taints it owns,
+and switches a time-shared pool's window taint at the window's edges. Here: the program and its
+desired state (the labels and taints stay code: they come from the StackConfig, and a change shows in
+the ConfigMap's diff), its RBAC (get and patch on the pool nodes, by name) and its Deployment.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pulumi_kubernetes as k8s
 from dualsched.components.common import (
     bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
 )
+from dualsched.components.nodepools import pool_labels
 from dualsched.components.programs import source
 from dualsched.config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
@@ -41,12 +44,13 @@ def _window(config: StackConfig, pool: NodePool) -> Optional[dict]:
 
 
 def desired_state(config: StackConfig) -> dict:
-    """What the program reads: each pool's nodes, static taints and (time-shared) inference window."""
+    """What the program reads: each pool's nodes, labels, static taints and (time-shared) inference window."""
     return {
         "pools": [
             {
                 "name": pool.name,
                 "nodes": pool.node_names,
+                "labels": pool_labels(config, pool),
                 "taints": [_taint(t) for t in config.pool_taints(pool)],
                 "window": _window(config, pool),
             }
@@ -69,19 +73,19 @@ class NodeKeeperArgs:
 
 class NodeKeeper(pulumi.ComponentResource):
     """Desired state, program, RBAC and a one-replica Deployment; ready once the pool nodes carry
-    the taints wanted now. Deleting it leaves the taints on the nodes as they are."""
+    the labels and taints wanted now. Deleting it leaves them on the nodes as they are."""
 
     config_map_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: NodeKeeperArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:node_keeper:NodeKeeper", name, None, opts)
         config, namespace = args.config, args.namespace
-        keeper_labels = labels(KEEPER, config.slurm.cluster_name)
+        keeper_labels = labels(KEEPER, config.slurm.cluster_name if config.slurm else name)
         account = k8s.core.v1.ServiceAccount(name, metadata=meta(namespace=namespace, labels=keeper_labels), opts=child(self))
         nodes = sorted({node for pool in config.pools for node in pool.node_names})
         self._allow_node_patches(name, account, namespace, keeper_labels, nodes)
         # Program and desired state in one auto-named ConfigMap: a change replaces it under a new name,
-        # which rolls the pod, and the new pod is ready once the nodes carry the new taints.
+        # which rolls the pod, and the new pod is ready once the nodes carry the new labels and taints.
         files = k8s.core.v1.ConfigMap(
             name,
             metadata=meta(namespace=namespace, labels=keeper_labels),

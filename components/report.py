@@ -363,7 +363,16 @@ def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict
 
 
 def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
-    return {(m.get("metadata") or {}).get("name", ""): dict(m) for m in objects if m and m.get("kind") == "Node"}
+    """Node -> the Node as the program labels it: the node keeper's desired labels, or a Node patch
+    (rendered by an earlier version, which labelled nodes with one NodePatch each)."""
+    objects = [m for m in objects if m]
+    nodes = {(m.get("metadata") or {}).get("name", ""): dict(m) for m in objects if m.get("kind") == "Node"}
+    for keeper in filter(is_node_keeper, objects):
+        for pool in json.loads(keeper["data"][STATE_FILE])["pools"]:
+            for name in pool["nodes"]:
+                # an earlier version's keeper kept taints only
+                nodes.setdefault(name, {"kind": "Node", "metadata": {"name": name, "labels": pool.get("labels", {})}})
+    return nodes
 
 
 def is_node_keeper(manifest: Mapping[str, Any]) -> bool:
@@ -521,7 +530,7 @@ def template_changed(change: Change) -> bool:
 
 
 def pool_nodes(daemonset: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Nodes whose labels match the DaemonSet's nodeSelector (the pool's NodePatches)."""
+    """Nodes whose labels (the node keeper's) match the DaemonSet's nodeSelector."""
     selector = (((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
     if not selector:
         return []
@@ -746,35 +755,51 @@ def node_findings(change: Change, plan: Plan) -> list[Finding]:
 
 
 def _node_patch_findings(change: Change, plan: Plan) -> list[Finding]:
-    old_labels, new_labels = _labels(change.old or {}), _labels(change.new or {})
-    parts = []
-    for key in sorted(set(old_labels) | set(new_labels)):
-        if old_labels.get(key) != new_labels.get(key):
-            parts.append(f"label `{key}`: `{old_labels.get(key, '-')}` → `{new_labels.get(key, '-')}`")
-    added, removed = set(), set()
-    if change.op == "delete":
-        parts.append("node patch removed (labels stay: retain_on_delete; taints stay: the keeper lets go of the node)")
-    else:
-        lines, added, removed = _taint_changes(change.name, plan)
-        parts += lines
+    """A Node patch: rendered by an earlier version, which labelled each node with one. Once it is
+    removed, a node the keeper keeps is compared with the keeper's labels and taints."""
+    old_labels = _labels(change.old or {})
+    if change.op == "delete" and change.name not in plan.nodes_after:
+        summary = "node patch removed (its labels stay: retain_on_delete)"
+        return [Finding(Impact.NODE_CHANGE, change, summary, [], [change.name])]
+    new_labels = _labels(plan.nodes_after.get(change.name, {}))
+    lines, added, removed = _taint_changes(change.name, plan)
+    parts = _label_changes(old_labels, new_labels) + lines
     if not parts:
         return []
     return [Finding(Impact.NODE_CHANGE, change, "; ".join(parts) + _node_consequences(old_labels, new_labels, added, removed), [], [change.name])]
 
 
+def _label_changes(old_labels: Mapping[str, Any], new_labels: Mapping[str, Any]) -> list[str]:
+    return [
+        f"label `{key}`: `{old_labels.get(key, '-')}` → `{new_labels.get(key, '-')}`"
+        for key in sorted(set(old_labels) | set(new_labels))
+        if old_labels.get(key) != new_labels.get(key)
+    ]
+
+
 def _node_keeper_findings(change: Change, plan: Plan) -> list[Finding]:
-    """The keeper's taints, per node it keeps after the change; a node whose patch changes too is
-    reported with that patch, and a node that left every pool keeps its taints."""
+    """The keeper's labels and taints, per node it keeps after the change; a node whose patch (of an
+    earlier version) changes too is reported with that patch, and a node that left every pool keeps
+    its labels and taints."""
     if change.op == "delete":
         nodes = sorted(_kept_taints(change.old or {}))
-        summary = "node keeper removed: the nodes keep their taints as they are, and window taints no longer switch"
+        summary = "node keeper removed: the nodes keep their labels and taints as they are, and window taints no longer switch"
         return [Finding(Impact.NODE_CHANGE, change, summary, [], nodes)]
-    patched = {c.name for c in plan.changes if c.kind == "Node" and c.op != "delete"}
+    patched = {c.name for c in plan.changes if c.kind == "Node"}
+    kept_before, kept_after = set(_kept_taints(change.old or {})), set(_kept_taints(change.new or {}))
     findings = []
-    for node in sorted(set(plan.taints_after) - patched):
-        lines, added, removed = _taint_changes(node, plan)
+    left = sorted(kept_before - kept_after - patched)
+    if left:
+        summary = ("the nodes leave every pool: the node keeper lets go of them, and their labels and taints stay as they "
+                   "are (slurmd stays on them until their labels go: drain them in Slurm, then remove the labels)")
+        findings.append(Finding(Impact.NODE_CHANGE, change, summary, [], left))
+    for node in sorted(kept_after - patched):
+        old_labels, new_labels = _labels(plan.nodes_before.get(node, {})), _labels(plan.nodes_after.get(node, {}))
+        taint_lines, added, removed = _taint_changes(node, plan)
+        lines = _label_changes(old_labels, new_labels) + taint_lines
         if lines:
-            findings.append(Finding(Impact.NODE_CHANGE, change, "; ".join(lines) + _node_consequences({}, {}, added, removed), [], [node]))
+            consequences = _node_consequences(old_labels, new_labels, added, removed)
+            findings.append(Finding(Impact.NODE_CHANGE, change, "; ".join(lines) + consequences, [], [node]))
     return findings
 
 

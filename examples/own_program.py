@@ -6,8 +6,8 @@ dualsched schema; see examples/Pulumi.own-program.yaml). For a config it deploys
 - the ClusterName lock, which every component waits for: `pulumi up` refuses a rename;
 - the Slurm namespace, the munge and JWT keys, the users' passwd and group files, slurm.conf;
 - the shared file system's volume and claim for Slurm;
-- the node keeper (each pool's taints: the Slurm taint keeps other pods off dedicated nodes) and one
-  GpuNodePool per pool (the pool label that slurmd's nodeSelector matches);
+- the node keeper (each pool's labels, which slurmd's nodeSelector matches, and taints: the Slurm taint
+  keeps other pods off dedicated nodes);
 - slurmctld, and slurmdbd with its database when accounting is on (slurm.conf points at it then);
 - one slurmd DaemonSet per Slurm pool.
 
@@ -35,7 +35,6 @@ from dualsched.components.identity import UserDirectory, UserDirectoryArgs
 from dualsched.components.munge import MungeKey, MungeKeyArgs
 from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
-from dualsched.components.nodepools import GpuNodePool, GpuNodePoolArgs
 from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from dualsched.components.slurm_files import kubernetes_site
 from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
@@ -80,12 +79,8 @@ class TrainingCluster(pulumi.ComponentResource):
             SharedStorageVolumesArgs(config.storage, {SLURM: StorageConsumer(namespace, read_only=False)}, config.protect_state),
             opts=child(self),
         )
-        # Taints first, then the labels: a node joins its pool carrying the pool's taints.
+        # Labels and taints, in one patch per node: a node joins its pool carrying the pool's taints.
         keeper = NodeKeeper(f"{name}-node-keeper", NodeKeeperArgs(config, namespace), opts=child(self))
-        labelled = {
-            pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(config, pool), opts=child(self, depends_on=[keeper]))
-            for pool in config.pools
-        }
         controller = SlurmController(
             f"{name}-slurmctld",
             SlurmControllerArgs(
@@ -108,7 +103,7 @@ class TrainingCluster(pulumi.ComponentResource):
                     config, pool, site, namespace,
                     munge.secret_names[SLURM], users.config_map_names[SLURM], storage.claim_names[SLURM],
                 ),
-                opts=child(self, depends_on=[labelled[pool.name]]),  # slurmd schedules once its nodes carry the label
+                opts=child(self, depends_on=[keeper]),  # slurmd schedules once its nodes carry the label
             )
         self.controller_address = controller.address
         self.register_outputs({"controller_address": self.controller_address})

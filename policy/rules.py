@@ -270,23 +270,30 @@ def gpu_limits_and_pools(resource: Resource, settings: Settings) -> list[str]:
     return problems
 
 
-def kept_taints(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The taints the node keeper's ConfigMap would set on nodes (static and window); none for other objects."""
+def kept_pools(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pools of the node keeper's desired state; none for other objects."""
     labels = (manifest.get("metadata") or {}).get("labels") or {}
     state = (manifest.get("data") or {}).get(NODE_KEEPER_STATE)
     if manifest.get("kind") != "ConfigMap" or labels.get(NAME_LABEL) != NODE_KEEPER or not isinstance(state, str):
         return []
-    pools = json.loads(state)["pools"]
+    return json.loads(state)["pools"]
+
+
+def kept_taints(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The taints the node keeper's ConfigMap would set on nodes (static and window); none for other objects."""
+    pools = kept_pools(manifest)
     return [*(t for pool in pools for t in pool["taints"]), *(pool["window"]["taint"] for pool in pools if pool["window"])]
 
 
 def node_keys(resource: Resource) -> list[tuple[str, Any]]:
-    """(label or taint, key) of what the resource puts on nodes: a Node's labels and taints, the keeper's taints."""
+    """(label or taint, key) of what the resource puts on nodes: a Node's labels and taints (an earlier
+    version's NodePatch), the node keeper's labels and taints."""
     if resource.kind == "Node":
         labels = (resource.manifest.get("metadata") or {}).get("labels") or {}
         taints = (resource.manifest.get("spec") or {}).get("taints") or []
     else:
-        labels, taints = {}, kept_taints(resource.manifest)
+        labels = {key: None for pool in kept_pools(resource.manifest) for key in pool.get("labels") or {}}
+        taints = kept_taints(resource.manifest)
     return [("label", key) for key in labels] + [("taint", taint.get("key")) for taint in taints]
 
 

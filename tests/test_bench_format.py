@@ -49,7 +49,9 @@ def _registered_types(program: str, nodes: int) -> Counter:
 def test_flat_program_registers_the_same_objects_as_the_library():
     library, flat = _registered_types("library", 16), _registered_types("flat", 16)
     assert library == flat
-    assert library["kubernetes:core/v1:NodePatch"] == 16
+    # nothing per node in either: the node keeper's ConfigMap carries the pools' labels and taints
+    assert not [t for t in library if t.startswith("kubernetes:core/v1:Node")]
+    assert library == _registered_types("library", 64)
 
 
 def test_flat_plan_keeps_options_and_the_pool_fan_out():
@@ -58,10 +60,9 @@ def test_flat_plan_keeps_options_and_the_pool_fan_out():
     plan = capture(fleet_config(16))
     resources = plan["resources"]
     assert json.loads(json.dumps(plan)) == plan  # plain data: the engine benchmark writes it to a file
-    patches = {i for i, r in enumerate(resources) if r["type"] == "kubernetes:core/v1:NodePatch"}
-    assert all(resources[i]["retain_on_delete"] for i in patches)
+    [keeper] = [i for i, r in enumerate(resources) if r["type"] == "kubernetes:apps/v1:Deployment" and r["name"] == "dualsched-node-keeper"]
     slurmd = [r for r in resources if r["type"] == "kubernetes:apps/v1:DaemonSet"]
-    assert len(slurmd) == 8 and all(len(patches & set(r["depends_on"])) >= 2 for r in slurmd)
+    assert len(slurmd) == 8 and all(keeper in r["depends_on"] for r in slurmd)  # the labels they select on are there
     assert any(r["protect"] for r in resources)
 
 

@@ -68,29 +68,23 @@ def test_every_resource_is_a_child_of_a_component(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_slurmd_and_model_servers_wait_for_the_labels_of_their_nodes(stack):
+def test_slurmd_and_model_servers_wait_for_the_node_keeper(stack):
+    """Their nodeSelector and affinity match labels the keeper writes: it is ready once every pool node
+    carries its pool's labels and taints, so no slurmd or model server is created before."""
     rendered = render_stack(stack)
-    patches = lambda pools: {
-        r.urn for r in rendered.resources if r.type == "kubernetes:core/v1:NodePatch" and r.parent.endswith(tuple(f"::dualsched-{p}" for p in pools))
-    }
-    for pool in rendered.config.slurm_pools:
-        [component] = [c for c in rendered.components("dualsched:compute:ComputePool") if c.name == f"dualsched-slurmd-{pool.name}"]
-        assert len(patches([pool.name])) == len(pool.node_names)
-        assert patches([pool.name]) <= set(component.dependencies), component.name
-    inference_pools = [pool.name for pool in rendered.config.inference_pools]
-    for component in rendered.components("dualsched:inference:ModelServer"):
-        assert patches(inference_pools) <= set(component.dependencies), component.name
+    [deployment] = [r.urn for r in rendered.resources if r.type == "kubernetes:apps/v1:Deployment" and r.name == "dualsched-node-keeper"]
+    waiting = rendered.components("dualsched:compute:ComputePool") + rendered.components("dualsched:inference:ModelServer")
+    assert len(waiting) == len(rendered.config.slurm_pools) + len(rendered.config.inference.models)
+    for component in waiting:
+        assert deployment in component.dependencies, component.name
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_labels_and_model_servers_wait_for_the_node_keeper(stack):
-    """A node joins its pool (its label) only once its taints are there, and no model server starts before."""
+def test_no_pulumi_resource_per_node(stack):
+    """A resource per node costs the engine its whole Node in the state at each step (docs/benchmark.md)."""
     rendered = render_stack(stack)
-    [deployment] = [r.urn for r in rendered.resources if r.type == "kubernetes:apps/v1:Deployment" and r.name == "dualsched-node-keeper"]
-    waiting = rendered.components("dualsched:nodepools:GpuNodePool") + rendered.components("dualsched:inference:ModelServer")
-    assert len(waiting) == len(rendered.config.pools) + len(rendered.config.inference.models)
-    for component in waiting:
-        assert deployment in component.dependencies, component.name
+    assert not [r for r in rendered.resources if r.type.startswith("kubernetes:core/v1:Node")]
+    assert len(rendered.resources) < 120
 
 
 def test_dev_cluster_outputs():
@@ -141,7 +135,7 @@ def test_protect_only_in_prod_and_only_on_state():
         "dualsched-shared-inference",
     }
     assert ("Namespace", "dualsched-slurm") in protected
-    unprotected_kinds = {"DaemonSet", "Deployment", "StatefulSet", "ConfigMap", "Secret", "NodePatch"}
+    unprotected_kinds = {"DaemonSet", "Deployment", "StatefulSet", "ConfigMap", "Secret"}
     assert not {kind for kind, _ in protected} & unprotected_kinds
 
 
@@ -171,7 +165,7 @@ def test_an_inference_only_cluster_builds_no_slurm():
     assert {r.type for r in rendered.components()} == {
         CLUSTER,
         "dualsched:storage:SharedStorageVolumes",
-        "dualsched:nodepools:GpuNodePool",
+        "dualsched:node_keeper:NodeKeeper",
         "dualsched:inference:InferenceNamespace",
         "dualsched:inference:ModelServer",
     }
@@ -184,11 +178,14 @@ def test_an_inference_only_cluster_builds_no_slurm():
     assert outputs["inference_endpoints"] == {"qwen-small": "http://qwen-small.inference.svc.cluster.local"}
 
 
-def test_inference_only_model_servers_wait_for_their_nodes_labels_alone():
+def test_an_inference_only_stack_keeps_its_labels_with_a_keeper_in_the_inference_namespace():
     rendered = render_raw(variant("dev", _inference_only))
-    patches = {r.urn for r in rendered.resources if r.type == "kubernetes:core/v1:NodePatch"}
+    [keeper] = [d for d in rendered.by_kind("Deployment") if d.name.startswith("dualsched-node-keeper-")]
+    assert keeper.namespace == "inference"
     [server] = rendered.components("dualsched:inference:ModelServer")
-    assert len(patches) == 2 and set(server.dependencies) == patches
+    assert rendered.registration(keeper).urn in server.dependencies
+    [policy] = [p for p in rendered.by_kind("NetworkPolicy") if p.name.startswith("dualsched-inference-node-keeper-")]
+    assert policy.namespace == "inference" and policy.manifest["spec"]["policyTypes"] == ["Egress"]
 
 
 def test_a_slurm_only_cluster_builds_no_inference():

@@ -8,6 +8,7 @@ by the policy pack; every problem is one ``<path>: <what> (got <value>)`` line.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -312,13 +313,15 @@ def test_the_pack_refuses_each_system_namespace(namespace):
 @pytest.mark.parametrize("label, taint", [("kubernetes.io/os", None), (None, "node.kubernetes.io/not-ready"),
                                           ("node-role.kubernetes.io/gpu", None), (None, "k8s.io/x")])
 def test_the_pack_refuses_reserved_node_labels_and_taints(dev_render, label, taint):
+    """What reaches the nodes is the node keeper's desired state (no Pulumi resource per node)."""
     _, resources = dev_render
-    node = next(r for r in resources if r.kind == "Node")
-    manifest = {**node.manifest, "metadata": dict(node.manifest["metadata"]), "spec": dict(node.manifest.get("spec") or {})}
+    keeper = next(r for r in resources if r.kind == "ConfigMap" and rules.kept_pools(r.manifest))
+    state = json.loads(keeper.manifest["data"][rules.NODE_KEEPER_STATE])
     if label:
-        manifest["metadata"]["labels"] = {**manifest["metadata"].get("labels", {}), label: "gpu"}
+        state["pools"][0]["labels"][label] = "gpu"
     if taint:
-        manifest["spec"]["taints"] = [{"key": taint, "value": "true", "effect": "NoSchedule"}]
+        state["pools"][0]["taints"] = [{"key": taint, "value": "true", "effect": "NoSchedule"}]
+    manifest = {**keeper.manifest, "data": {**keeper.manifest["data"], rules.NODE_KEEPER_STATE: json.dumps(state)}}
     found = _pack([rules.Resource(manifest)])
     assert found and {rule for rule, _ in found} == {"no-system-namespaces-or-keys"}
     assert repr(label or taint) in found[0][1]

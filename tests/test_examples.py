@@ -8,6 +8,7 @@ slurm.conf's AccountingStorageHost is a slurmdbd the program deploys, or account
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from dualsched.components import render as render_module
+from dualsched.components.node_keeper import STATE_FILE
 from dualsched.components.program import build
 from dualsched.components.render import Render, RenderedObject, render_config
 from dualsched.config import ConfigError, ConfigKey, load_stack_file, parse_stack_config
@@ -86,7 +88,9 @@ def model_servers(render: Render) -> list[RenderedObject]:
 
 
 def _node_labels(render: Render) -> dict[str, Mapping[str, str]]:
-    return {node.name: node.manifest["metadata"].get("labels") or {} for node in render.by_kind("Node")}
+    """Node -> the labels the node keeper's desired state gives it."""
+    [keeper] = [c for c in render.by_kind("ConfigMap") if STATE_FILE in (c.manifest.get("data") or {})]
+    return {node: pool["labels"] for pool in json.loads(keeper.manifest["data"][STATE_FILE])["pools"] for node in pool["nodes"]}
 
 
 def selected_nodes(workload: RenderedObject, nodes: Mapping[str, Mapping[str, str]]) -> set[str]:

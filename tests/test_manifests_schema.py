@@ -2,7 +2,8 @@
 
 Strict mode rejects unknown fields, so a misspelt or misplaced field fails here
 rather than at `pulumi up`. The schema version is the stack's kubernetesVersion.
-Node objects come from NodePatch and are validated as Node.
+No Node objects: the node keeper writes the pools' labels and taints (its merge patches meet the real API
+server in the node tier, tests/node/test_node_taints.py).
 """
 
 from __future__ import annotations
@@ -71,15 +72,6 @@ def test_every_manifest_of_the_stack_validates_strictly(stack):
 def test_every_manifest_of_config_variants_validates_strictly(name):
     stack, edit = VARIANTS[name]
     assert _problems(render_raw(variant(stack, edit))) == []
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_node_patches_validate_as_nodes(stack):
-    rendered = render_stack(stack)
-    nodes = rendered.by_kind("Node")
-    assert nodes and all(node.manifest["apiVersion"] == "v1" for node in nodes)
-    for node in nodes:
-        kubernetes_validate.validate(node.manifest, rendered.config.kubernetes_version, strict=True)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

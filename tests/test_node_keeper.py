@@ -19,8 +19,11 @@ from dualsched.components.programs import source
 from dualsched.components.programs.node_keeper import (
     FIELD_MANAGER,
     OWNED_ANNOTATION,
+    OWNED_LABELS_ANNOTATION,
     ApiServer,
     Keeper,
+    Wanted,
+    label_changes,
     merge,
     owned,
     patch_for,
@@ -45,13 +48,24 @@ def at(clock: str) -> datetime:
     return NOON.replace(hour=hours, minute=minutes)
 
 
-def node(taints: list[dict], owned_taints: Optional[str] = None, version: str = "7") -> dict[str, Any]:
+def node(taints: list[dict], owned_taints: Optional[str] = None, version: str = "7", labels: Optional[dict] = None,
+         owned_labels: Optional[str] = None) -> dict[str, Any]:  # fmt: skip
     annotations = {OWNED_ANNOTATION: owned_taints} if owned_taints is not None else {}
-    return {"metadata": {"name": "gpu-001", "resourceVersion": version, "annotations": annotations}, "spec": {"taints": taints}}
+    annotations |= {OWNED_LABELS_ANNOTATION: owned_labels} if owned_labels is not None else {}
+    metadata = {"name": "gpu-001", "resourceVersion": version, "annotations": annotations, "labels": dict(labels or {})}
+    return {"metadata": metadata, "spec": {"taints": taints}}
+
+
+def taints_only(taints: list[dict]) -> Wanted:
+    return Wanted({}, taints)
+
+
+POOL_LABELS = {"dualsched.io/pool": "h100", "dualsched.io/mode": "dedicated", "dualsched.io/slurm-gpus": "8"}
+THEIR_LABELS = {"kubernetes.io/hostname": "gpu-001", "nvidia.com/gpu.product": "H100"}
 
 
 def time_shared(start_minute: int, duration: int, taints: tuple = ()) -> dict[str, Any]:
-    return {"name": "shared", "nodes": ["gpu-001"], "taints": list(taints),
+    return {"name": "shared", "nodes": ["gpu-001"], "labels": {}, "taints": list(taints),
             "window": {"startMinute": start_minute, "durationMinutes": duration, "taint": WINDOW}}  # fmt: skip
 
 
@@ -81,9 +95,10 @@ def test_windows_are_in_utc_whatever_the_clock_says():
 
 
 def test_a_closed_window_adds_its_taint_after_the_pools_own():
-    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM]), {"name": "dedicated", "nodes": ["gpu-002"], "taints": [SLURM], "window": None}]}
-    assert wanted_by_node(desired, at("20:00")) == {"gpu-001": [SLURM, WINDOW], "gpu-002": [SLURM]}
-    assert wanted_by_node(desired, at("10:00")) == {"gpu-001": [SLURM], "gpu-002": [SLURM]}
+    dedicated = {"name": "dedicated", "nodes": ["gpu-002"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}
+    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM]), dedicated]}
+    assert wanted_by_node(desired, at("20:00")) == {"gpu-001": Wanted({}, [SLURM, WINDOW]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
+    assert wanted_by_node(desired, at("10:00")) == {"gpu-001": Wanted({}, [SLURM]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
 
 
 # ------------------------------------------------------------------ merge: never touch what is not ours
@@ -118,12 +133,12 @@ def test_a_kept_no_execute_taint_keeps_its_time_added():
 
 
 def test_a_node_as_wanted_is_not_patched():
-    assert patch_for(node([*FOREIGN, SLURM], "dualsched.io/slurm:NoSchedule"), [SLURM], NOON) is None
-    assert patch_for(node(FOREIGN), [], NOON) is None
+    assert patch_for(node([*FOREIGN, SLURM], "dualsched.io/slurm:NoSchedule"), taints_only([SLURM]), NOON) is None
+    assert patch_for(node(FOREIGN), taints_only([]), NOON) is None
 
 
 def test_the_patch_records_what_it_owns_and_is_conditional_on_the_version_read():
-    patch = patch_for(node(FOREIGN, version="42"), [WINDOW, SLURM], NOON)
+    patch = patch_for(node(FOREIGN, version="42"), taints_only([WINDOW, SLURM]), NOON)
     assert patch["metadata"] == {"resourceVersion": "42",
                                  "annotations": {OWNED_ANNOTATION: "dualsched.io/inference-window:NoExecute,dualsched.io/slurm:NoSchedule"}}  # fmt: skip
     assert patch["spec"]["taints"][: len(FOREIGN)] == FOREIGN
@@ -132,7 +147,7 @@ def test_the_patch_records_what_it_owns_and_is_conditional_on_the_version_read()
 
 def test_a_taint_already_there_is_adopted_without_touching_the_list():
     """A taint it wants but did not set (a kubectl taint, or the NodePatch of earlier versions)."""
-    patch = patch_for(node([FOREIGN[0], SLURM]), [SLURM], NOON)
+    patch = patch_for(node([FOREIGN[0], SLURM]), taints_only([SLURM]), NOON)
     assert patch == {"metadata": {"resourceVersion": "7", "annotations": {OWNED_ANNOTATION: "dualsched.io/slurm:NoSchedule"}}}
 
 
@@ -146,8 +161,44 @@ def test_when_the_window_opens_its_taint_and_its_record_go():
 
 
 def test_the_last_taint_removed_removes_the_list():
-    patch = patch_for(node([SLURM], "dualsched.io/slurm:NoSchedule"), [], NOON)
+    patch = patch_for(node([SLURM], "dualsched.io/slurm:NoSchedule"), taints_only([]), NOON)
     assert patch["spec"] == {"taints": None} and patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}
+
+
+# ------------------------------------------------------------------ labels: only the keys it owns
+
+
+def test_wanted_labels_are_set_and_nobody_elses_are_named():
+    assert label_changes(THEIR_LABELS, POOL_LABELS, set()) == POOL_LABELS
+    assert label_changes({**THEIR_LABELS, **POOL_LABELS}, POOL_LABELS, set(POOL_LABELS)) == {}
+
+
+def test_a_wanted_label_someone_else_changed_is_set_back():
+    assert label_changes({**POOL_LABELS, "dualsched.io/slurm-gpus": "2"}, POOL_LABELS, set(POOL_LABELS)) == {"dualsched.io/slurm-gpus": "8"}
+
+
+def test_only_labels_it_recorded_are_removed_when_no_longer_wanted():
+    current = {**THEIR_LABELS, **POOL_LABELS, "dualsched.io/old": "x"}
+    wanted = {k: v for k, v in POOL_LABELS.items() if k != "dualsched.io/slurm-gpus"}
+    # slurm-gpus and old were its own; the hostname label never was, and a recorded key already gone needs nothing
+    owned_keys = {*POOL_LABELS, "dualsched.io/old", "dualsched.io/gone"}
+    assert label_changes(current, wanted, owned_keys) == {"dualsched.io/old": None, "dualsched.io/slurm-gpus": None}
+    assert label_changes(current, wanted, set(wanted)) == {}
+
+
+def test_the_patch_sets_labels_and_records_their_keys():
+    patch = patch_for(node([], labels=THEIR_LABELS), Wanted(POOL_LABELS, []), NOON)
+    assert patch == {"metadata": {"resourceVersion": "7", "labels": POOL_LABELS,
+                                  "annotations": {OWNED_LABELS_ANNOTATION: "dualsched.io/mode,dualsched.io/pool,dualsched.io/slurm-gpus"}}}  # fmt: skip
+    labelled = node([], labels={**THEIR_LABELS, **POOL_LABELS}, owned_labels=patch["metadata"]["annotations"][OWNED_LABELS_ANNOTATION])
+    assert patch_for(labelled, Wanted(POOL_LABELS, []), NOON) is None
+
+
+def test_a_label_dropped_from_the_config_is_removed_with_its_record():
+    labelled = node([], labels={**THEIR_LABELS, **POOL_LABELS}, owned_labels=",".join(sorted(POOL_LABELS)))
+    patch = patch_for(labelled, Wanted({"dualsched.io/pool": "h100"}, []), NOON)
+    assert patch["metadata"]["labels"] == {"dualsched.io/mode": None, "dualsched.io/slurm-gpus": None}
+    assert patch["metadata"]["annotations"] == {OWNED_LABELS_ANNOTATION: "dualsched.io/pool"} and "spec" not in patch
 
 
 # ------------------------------------------------------------------ passes
@@ -171,7 +222,9 @@ class FakeApi:
             return False
         self.patches.append((name, patch))
         current = self.nodes[name]
-        current["metadata"]["annotations"].update({k: v for k, v in patch["metadata"]["annotations"].items() if v is not None})
+        for field in ("annotations", "labels"):  # a merge patch: None removes the key
+            for key, value in (patch["metadata"].get(field) or {}).items():
+                current["metadata"][field].pop(key, None) if value is None else current["metadata"][field].update({key: value})
         if "spec" in patch:
             current["spec"]["taints"] = patch["spec"]["taints"] or []
         return True
@@ -192,17 +245,30 @@ def test_a_pass_logs_one_line_per_change_and_then_has_nothing_to_do():
     assert keeper.run_pass(desired, at("20:00")) and len(api.patches) == 1 and len(lines) == 3
 
 
+def test_a_pass_sets_labels_and_taints_in_one_patch_and_logs_each():
+    api = FakeApi({"gpu-001": node([FOREIGN[0]], labels=THEIR_LABELS)})
+    keeper, lines = _keeper(api)
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}]}
+    assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON) and len(api.patches) == 1
+    assert api.nodes["gpu-001"]["metadata"]["labels"] == {**THEIR_LABELS, **POOL_LABELS}
+    assert lines == [*(f"gpu-001: label {k}={v} set" for k, v in POOL_LABELS.items()), "gpu-001: added dualsched.io/slurm=true:NoSchedule"]
+    desired["pools"][0]["labels"] = {"dualsched.io/pool": "p"}
+    assert keeper.run_pass(desired, NOON)
+    assert api.nodes["gpu-001"]["metadata"]["labels"] == {**THEIR_LABELS, "dualsched.io/pool": "p"}
+    assert lines[-3:] == ["gpu-001: label dualsched.io/pool=p set", "gpu-001: label dualsched.io/mode removed", "gpu-001: label dualsched.io/slurm-gpus removed"]
+
+
 def test_a_missing_node_is_logged_once_and_does_not_stop_readiness():
     keeper, lines = _keeper(FakeApi({"gpu-002": node([])}))
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON)
-    assert lines == ["gpu-001: no such node (yet); its taints are set once it joins", "gpu-002: added dualsched.io/slurm=true:NoSchedule"]
+    assert lines == ["gpu-001: no such node (yet); its labels and taints are set once it joins", "gpu-002: added dualsched.io/slurm=true:NoSchedule"]
 
 
 def test_a_conflict_leaves_the_pass_incomplete_and_the_next_pass_retries():
     api = FakeApi({"gpu-001": node([])}, conflicts=1)
     keeper, lines = _keeper(api)
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "taints": [SLURM], "window": None}]}
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert lines == ["gpu-001: changed by someone else meanwhile, trying again on the next pass"]
     assert keeper.run_pass(desired, NOON) and api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
@@ -211,7 +277,7 @@ def test_a_conflict_leaves_the_pass_incomplete_and_the_next_pass_retries():
 def test_a_refused_node_is_logged_and_the_pass_goes_on():
     api = FakeApi({"gpu-001": node([]), "gpu-002": node([])}, refuse="gpu-001")
     keeper, lines = _keeper(api)
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert lines[0] == "gpu-001: the API server refused: 403 Forbidden" and [name for name, _ in api.patches] == ["gpu-002"]
 
@@ -222,7 +288,7 @@ def test_without_an_answer_from_the_api_server_the_pass_stops():
             raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
     keeper, lines = _keeper(Down({}))
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "taints": [SLURM], "window": None}]}
+    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert len(lines) == 1 and lines[0].startswith("gpu-001: no answer from the API server")
 
@@ -322,7 +388,8 @@ def test_the_desired_state_is_every_pools_nodes_and_taints(stack):
 
 def test_dev_wants_no_taint_and_prod_the_slurm_taint_on_its_dedicated_pools():
     [dev] = json.loads(_keeper_objects(render_stack("dev"))[0].manifest["data"][STATE_FILE])["pools"]
-    assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None}
+    assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None,
+                   "labels": {"dualsched.io/pool": "gpu", "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "6"}}  # fmt: skip
     prod = {pool["name"]: pool for pool in json.loads(_keeper_objects(render_stack("prod"))[0].manifest["data"][STATE_FILE])["pools"]}
     assert prod["h100-a"]["taints"] == prod["h100-b"]["taints"] == [SLURM]
     assert prod["h100-a"]["nodes"][0] == "gpu-a-001" and len(prod["h100-a"]["nodes"]) == 32
@@ -356,8 +423,8 @@ def test_a_time_shared_pool_gets_its_window_and_the_window_taint_while_closed():
     assert state["pools"][0]["window"] == {"startMinute": 22 * 60, "durationMinutes": 600, "taint": WINDOW}
     assert state["pools"][1]["window"] is None
     # what the program makes of it: the window taint between 08:00 and 22:00 UTC only
-    assert wanted_by_node(state, at("21:59"))["gpu-001"] == [WINDOW] and wanted_by_node(state, at("03:00"))["gpu-001"] == []
-    assert wanted_by_node(state, at("21:59"))["inf-01"] == []
+    assert wanted_by_node(state, at("21:59"))["gpu-001"].taints == [WINDOW] and wanted_by_node(state, at("03:00"))["gpu-001"].taints == []
+    assert wanted_by_node(state, at("21:59"))["inf-01"].taints == []
     assert {"key": WINDOW["key"], "operator": "Equal", "value": "closed", "effect": "NoExecute"} in pod_spec(deployment)["tolerations"]
 
 

@@ -1,81 +1,56 @@
-"""GpuNodePool: label existing nodes with NodePatch, and leave them so on delete. Their taints are the
-node keeper's (tests/test_node_keeper.py)."""
+"""GPU node pools: the labels of each pool's nodes, which the node keeper writes (tests/test_node_keeper.py),
+as no Pulumi resource exists per node."""
 
 from __future__ import annotations
 
-import hostlist
+import json
+
 import pytest
 
-from dualsched.components.nodepools import FIELD_MANAGER, MODE_LABEL, SLURM_GPUS_LABEL
+from dualsched.components.node_keeper import STATE_FILE
+from dualsched.components.nodepools import MODE_LABEL, SLURM_GPUS_LABEL, pool_labels
 from rendering import render_raw, render_stack, variant
 
 POOL_LABEL = "dualsched.io/pool"
 
 
-def _nodes(rendered) -> dict:
-    return {node.name: node for node in rendered.by_kind("Node")}
+def _kept_labels(rendered) -> dict[str, dict[str, str]]:
+    """Node -> the labels in the keeper's desired state, as deployed."""
+    [keeper] = [c for c in rendered.by_kind("ConfigMap") if STATE_FILE in (c.manifest.get("data") or {})]
+    return {node: pool["labels"] for pool in json.loads(keeper.manifest["data"][STATE_FILE])["pools"] for node in pool["nodes"]}
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_one_node_patch_per_node_of_every_pool(stack):
+def test_every_pool_node_gets_the_pool_mode_and_slurm_share_labels(stack):
     rendered = render_stack(stack)
-    expected = [name for pool in rendered.config.pools for name in hostlist.expand_hostlist(pool.nodes)]
-    nodes = rendered.by_kind("Node")
-    assert sorted(node.name for node in nodes) == sorted(expected)
-    assert len(nodes) == (2 if stack == "dev" else 80)
-    for node in nodes:
-        assert node.pulumi_type == "kubernetes:core/v1:NodePatch"
-        assert node.manifest["apiVersion"] == "v1" and node.namespace is None
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_nodes_carry_the_pool_mode_and_slurm_share_labels(stack):
-    rendered = render_stack(stack)
-    nodes = _nodes(rendered)
+    kept = _kept_labels(rendered)
+    assert len(kept) == (2 if stack == "dev" else 80)
     for pool in rendered.config.pools:
         for name in pool.node_names:
-            labels = nodes[name].manifest["metadata"]["labels"]
-            assert labels == {POOL_LABEL: pool.name, MODE_LABEL: pool.mode.value, SLURM_GPUS_LABEL: str(pool.slurm_gpu_count)}
-            assert nodes[name].manifest["metadata"]["annotations"] == {"pulumi.com/patchFieldManager": FIELD_MANAGER}
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_node_patches_send_no_taints(stack):
-    """Taints are one atomic list under server-side apply: a patch that sent them would conflict with
-    every other writer, or wipe their taints. Dedicated pools' nodes too: the keeper sets theirs."""
-    for node in render_stack(stack).by_kind("Node"):
-        assert "spec" not in node.manifest, node.name
-    assert _nodes(render_stack("prod"))["gpu-a-001"].manifest["metadata"]["labels"][SLURM_GPUS_LABEL] == "8"
+            assert kept[name] == {POOL_LABEL: pool.name, MODE_LABEL: pool.mode.value, SLURM_GPUS_LABEL: str(pool.slurm_gpu_count)}
+    assert kept["gpu-a-001"][SLURM_GPUS_LABEL] == "8" if stack == "prod" else kept["gpu-001"][SLURM_GPUS_LABEL] == "6"
 
 
 def test_kubernetes_pools_are_labelled_with_no_slurm_share():
     def add_pool(raw):
         raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "gpusPerNode": 4})
 
-    nodes = _nodes(render_raw(variant("dev", add_pool)))
-    assert nodes["inf-01"].manifest["metadata"]["labels"] == {POOL_LABEL: "serve", MODE_LABEL: "kubernetes", SLURM_GPUS_LABEL: "0"}
+    rendered = render_raw(variant("dev", add_pool))
+    assert _kept_labels(rendered)["inf-01"] == {POOL_LABEL: "serve", MODE_LABEL: "kubernetes", SLURM_GPUS_LABEL: "0"}
+
+
+def test_the_pool_label_key_comes_from_the_placement_config():
+    rendered = render_raw(variant("dev", lambda raw: raw.setdefault("placement", {}).update(poolLabel="example.com/gpu-pool")))
+    assert _kept_labels(rendered)["gpu-001"]["example.com/gpu-pool"] == "gpu"
+    assert pool_labels(rendered.config, rendered.config.pools[0]) == _kept_labels(rendered)["gpu-001"]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_node_patches_are_retained_on_delete(stack):
-    """Removing the program must not strip labels from nodes in the middle of a job (nor their taints:
-    nothing removes those once the keeper is gone).
-
-    Observed on the RegisterResource request the engine would receive (retainOnDelete).
-    """
+def test_slurmd_selects_its_nodes_by_the_labels_the_keeper_writes(stack):
     rendered = render_stack(stack)
-    registrations = [r for r in rendered.resources if r.type == "kubernetes:core/v1:NodePatch"]
-    assert len(registrations) == len(rendered.by_kind("Node"))
-    for registration in registrations:
-        assert registration.retain_on_delete is True
-        assert registration.parent_type == "dualsched:nodepools:GpuNodePool"
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_one_component_per_pool_with_its_node_names(stack):
-    rendered = render_stack(stack)
-    components = rendered.components("dualsched:nodepools:GpuNodePool")
-    assert len(components) == len(rendered.config.pools)
-    for pool in rendered.config.pools:
-        [component] = [c for c in components if c.name == f"dualsched-{pool.name}"]
-        assert rendered.component_outputs[component.urn] == {"node_names": pool.node_names}
+    kept = _kept_labels(rendered)
+    for daemonset in rendered.by_kind("DaemonSet"):
+        selector = daemonset.manifest["spec"]["template"]["spec"]["nodeSelector"]
+        selected = {node for node, node_labels in kept.items() if selector.items() <= node_labels.items()}
+        [pool] = [p for p in rendered.config.slurm_pools if p.name == selector[POOL_LABEL]]
+        assert selected == set(pool.node_names), daemonset.name

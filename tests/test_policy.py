@@ -199,9 +199,15 @@ def test_the_pack_finds_the_node_keepers_state_by_the_components_names():
 
 
 def test_a_reserved_taint_key_in_the_node_keepers_state_is_rejected(prod):
-    """Taints reach the nodes through the keeper, not NodePatch: the rule reads them there."""
+    """Taints reach the nodes through the keeper: the rule reads them there."""
     reserved = _keeper_state(lambda state: state["pools"][0]["taints"][0].update(key="node.kubernetes.io/unschedulable"))
     rejected(prod.mutated("ConfigMap", "node-keeper", reserved), "no-system-namespaces-or-keys", "taint 'node.kubernetes.io/unschedulable'")
+
+
+def test_a_reserved_label_key_in_the_node_keepers_state_is_rejected(dev):
+    """Labels reach the nodes through the keeper too: no Pulumi resource per node."""
+    reserved = _keeper_state(lambda state: state["pools"][0]["labels"].update({"node-role.kubernetes.io/gpu": ""}))
+    rejected(dev.mutated("ConfigMap", "node-keeper", reserved), "no-system-namespaces-or-keys", "label 'node-role.kubernetes.io/gpu'")
 
 
 def test_a_reserved_window_taint_key_is_rejected(dev):

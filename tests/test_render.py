@@ -64,7 +64,8 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
         assert path.name == f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
     cluster_scoped = {yaml.safe_load(p.read_text())["kind"] for p in (out / CLUSTER_SCOPED).iterdir()}
     # ClusterRole and binding: the token minter may create TokenReviews (components/tokens.py)
-    assert cluster_scoped == {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding"}
+    # no Node: the node keeper writes the pools' labels and taints (components/node_keeper.py)
+    assert cluster_scoped == {"Namespace", "PersistentVolume", "ClusterRole", "ClusterRoleBinding"}
 
 
 def test_the_options_no_manifest_shows_are_written_beside_the_objects(tmp_path, captured):
@@ -103,7 +104,7 @@ def test_summary_prints_kinds_with_counts(stack, tmp_path, capsys, captured):
 
 
 def test_prod_summary_counts():
-    assert render_stack("prod").render.summary()["Node"] == 80
+    assert "Node" not in render_stack("prod").render.summary()  # nothing per node: the keeper labels them
     assert render_stack("prod").render.summary()["DaemonSet"] == 3
 
 
@@ -140,10 +141,10 @@ def test_rendering_twice_gives_the_same_files(tmp_path):
 def test_a_rerender_removes_files_of_deleted_objects(tmp_path):
     out = tmp_path / "out"
     assert main(["--stack", "prod", "--out", str(out)]) == 0
-    assert list(out.rglob("node-gpu-a-*.yaml"))
+    assert list(out.rglob("daemonset-dualsched-slurmd-h100-a-*.yaml"))
     assert main(["--stack", "dev", "--out", str(out)]) == 0
     assert len(_yaml_files(out)) == len(render_stack("dev").objects)
-    assert not list(out.rglob("node-gpu-a-*.yaml"))
+    assert not list(out.rglob("daemonset-dualsched-slurmd-h100-a-*.yaml"))
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections import Counter
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
+from dualsched.components.node_keeper import STATE_FILE
 from dualsched.components.render import SECRET_SIGNATURE, Render, write_render
 from dualsched.components.report import (
     MARKER,
@@ -181,7 +183,7 @@ def test_pool_taint_change_lists_the_nodes(tmp_path):
     compared = compare(tmp_path, "prod", no_execute)
     changes = compared.of(Impact.NODE_CHANGE)
     assert sorted(n for f in changes for n in f.nodes) == [f"gpu-a-{i:03d}" for i in range(1, 33)]
-    # from the node keeper's desired state: the NodePatches carry labels only
+    # from the node keeper's desired state: no Pulumi resource per node
     assert {(f.change.kind, f.change.name.rsplit("-", 1)[0]) for f in changes} == {("ConfigMap", "dualsched-node-keeper")}
     assert "- `gpu-a-[001-032]` (32 nodes): taint `dualsched.io/slurm=true:NoExecute` added; " in compared.markdown
     assert "taint `dualsched.io/slurm=true:NoSchedule` removed" in compared.markdown
@@ -234,9 +236,10 @@ def test_a_mode_switch_says_what_it_does_to_running_jobs_and_pods(tmp_path, mode
 def test_a_node_that_leaves_its_pool_keeps_its_labels_and_taints(tmp_path):
     compared = compare(tmp_path, "prod", lambda raw: raw["pools"][1].update(nodes="gpu-b-[001-031]"))
     [left] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-b-032"]]
-    assert left.change.kind == "Node" and left.change.op == "delete"
-    assert "node patch removed (labels stay: retain_on_delete; taints stay: the keeper lets go of the node)" in left.summary
-    assert not [part for part in left.summary.split("; ") if part.startswith("taint ")]
+    assert left.change.kind == "ConfigMap" and left.change.name.startswith("dualsched-node-keeper")
+    assert left.summary.startswith("the nodes leave every pool: the node keeper lets go of them, and their labels and taints stay")
+    assert "- `gpu-b-032` (1 node): the nodes leave every pool" in compared.markdown
+    assert not [f for f in compared.of(Impact.NODE_CHANGE) if "gpu-b-031" in f.nodes]
 
 
 def _moved(directory: Path, edit: Callable[[Path, dict], bool]) -> None:
@@ -255,21 +258,46 @@ def _is_keeper(manifest: dict) -> bool:
     return manifest["kind"] == "ConfigMap" and manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"
 
 
-def test_taints_moving_from_the_node_patches_to_the_keeper_are_no_node_change(tmp_path):
-    """A base rendered by a version whose NodePatches set taints: the same taints, now the keeper's."""
+def _as_node_patches(directory: Path) -> None:
+    """Make a render look like one of a version that labelled (and tainted) nodes with one NodePatch each:
+    a Node manifest per pool node, with the pool's labels and taints, and no labels in the keeper's state."""
+    [keeper_path] = [p for p in directory.rglob("*.yaml") if "slurm-files" not in p.parts and _is_keeper(yaml.safe_load(p.read_text()))]
+    keeper = yaml.safe_load(keeper_path.read_text())
+    desired = json.loads(keeper["data"][STATE_FILE])
+    for pool in desired["pools"]:
+        for name in pool["nodes"]:
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": pool["labels"]},
+                    **({"spec": {"taints": pool["taints"]}} if pool["taints"] else {})}
+            (directory / f"node-{name}.yaml").write_text(yaml.safe_dump(node))
+        del pool["labels"]
+    keeper["data"][STATE_FILE] = json.dumps(desired, indent=2)
+    keeper_path.write_text(yaml.safe_dump(keeper))
+
+
+def test_labels_and_taints_moving_from_the_node_patches_to_the_keeper_are_no_node_change(tmp_path):
+    """A base rendered by a version whose NodePatches set labels and taints: the same ones, now the keeper's."""
     render = render_raw(raw_stack("prod")).render
     write_render(render, tmp_path / "base")
     write_render(render, tmp_path / "head")
-
-    def patched_taints(path: Path, manifest: dict) -> bool:
-        if manifest["kind"] == "Node" and manifest["metadata"]["name"].startswith(("gpu-a-", "gpu-b-")):
-            manifest["spec"] = {"taints": [{"key": "dualsched.io/slurm", "value": "true", "effect": "NoSchedule"}]}
-        return not _is_keeper(manifest)
-
-    _moved(tmp_path / "base", patched_taints)
+    _as_node_patches(tmp_path / "base")
     plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
-    assert sorted({c.kind for c in plan.changes}) == ["ConfigMap", "Node"]
+    assert Counter((c.kind, c.op) for c in plan.changes) == {("ConfigMap", "replace"): 1, ("Node", "delete"): 80}
     assert not [f for f in _findings(plan) if f.impact is Impact.NODE_CHANGE]
+
+
+def test_a_label_changed_while_moving_to_the_keeper_is_reported_on_its_nodes(tmp_path):
+    render = render_raw(raw_stack("prod")).render
+    write_render(render, tmp_path / "base")
+    write_render(render, tmp_path / "head")
+    _as_node_patches(tmp_path / "base")
+    for path in (tmp_path / "base").glob("node-gpu-s-*.yaml"):
+        node = yaml.safe_load(path.read_text())
+        node["metadata"]["labels"]["dualsched.io/slurm-gpus"] = "2"
+        path.write_text(yaml.safe_dump(node))
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    changed = [f for f in _findings(plan) if f.impact is Impact.NODE_CHANGE]
+    assert sorted(n for f in changed for n in f.nodes) == [f"gpu-s-{i:03d}" for i in range(1, 17)]
+    assert all(f.summary.startswith("label `dualsched.io/slurm-gpus`: `2` → `4`") for f in changed), changed[0].summary
 
 
 def test_removing_the_keeper_leaves_the_taints_on_the_nodes(tmp_path):
@@ -280,7 +308,7 @@ def test_removing_the_keeper_leaves_the_taints_on_the_nodes(tmp_path):
     plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
     [finding] = [f for f in _findings(plan) if f.impact is Impact.NODE_CHANGE]
     assert len(finding.nodes) == 80 and finding.change.op == "delete"
-    assert "- `gpu-a-[001-032],gpu-b-[001-032],gpu-s-[001-016]` (80 nodes): node keeper removed: the nodes keep their taints as they are" in render_markdown(plan)
+    assert "- `gpu-a-[001-032],gpu-b-[001-032],gpu-s-[001-016]` (80 nodes): node keeper removed: the nodes keep their labels and taints as they are" in render_markdown(plan)
 
 
 def headline(markdown: str) -> str:

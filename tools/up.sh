@@ -123,6 +123,14 @@ esac
 
 # --refresh: the stack state may describe an earlier cluster (tools/cluster.sh down + up);
 # refreshing first makes the update recreate what is gone instead of trusting stale state.
+# KWOK nodes run no container: the node keeper's program runs on the host instead, beside the up, and
+# writes the pools' labels and taints that slurmd and the model servers wait for (tools/host_keeper.py).
+host_keeper=
+if [ -z "${DUALSCHED_KUBECONFIG:-}" ] && kubectl get nodes -l type=kwok -o name | grep -q .; then
+  ( cd "$ROOT" && exec "$VENV/bin/python" -m tools.host_keeper "$CLUSTER_DIR" ) &
+  host_keeper=$!
+  trap 'kill "$host_keeper" 2>/dev/null || true' EXIT
+fi
 step_start "pulumi up --stack $STACK --refresh (preview, then apply; first run ~15-30 s)"
 pulumi up --stack "$STACK" --yes --refresh --non-interactive
 step_done "pulumi up"

@@ -1,4 +1,4 @@
-"""Node keeper: keeps dualsched's taints on its pools' nodes and never touches anyone else's.
+"""Node keeper: keeps dualsched's labels and taints on its pools' nodes and never touches anyone else's.
 
 Under server-side apply a Node's ``spec.taints`` is one atomic list, so a Pulumi NodePatch that sets
 taints conflicts with every other writer (cloud GPU taints, ``kubectl taint``, cordon, the node
@@ -8,14 +8,20 @@ ConfigMap: a new desired state is a new ConfigMap and a new pod), it GETs the No
 taints are not as wanted, PATCHes it (JSON merge patch carrying the resourceVersion it read: a 409
 means someone wrote the node meanwhile, and the next pass tries again).
 
+Labels are here too, so that no Pulumi resource exists per node (a NodePatch stores the whole Node in
+the stack's state, which the engine rewrites at each step: docs/benchmark.md). They are a map, and
+the merge patch names only the keys this program sets or removes.
+
 A taint is identified by key and effect, as the API server does. The keeper owns a taint while it
 wants it and, after that, until it has removed it: the ones it wants are recorded in the node's
 ``OWNED_ANNOTATION`` in the same write. So a taint dropped from the config, or the window taint at
-the window's opening, goes away, and a taint it never set is never touched or moved.
+the window's opening, goes away, and a taint it never set is never touched or moved. Labels likewise,
+by key, in ``OWNED_LABELS_ANNOTATION``: a label it wants is set to the wanted value (whoever set it
+before), a label it recorded and no longer wants is removed, any other label is never touched.
 
-Desired state (JSON): ``{"pools": [{"name", "nodes": [...], "taints": [{"key", "value", "effect"}],
-"window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``. A time-shared pool's nodes
-carry the window taint while its daily window (UTC) is closed.
+Desired state (JSON): ``{"pools": [{"name", "nodes": [...], "labels": {key: value},
+"taints": [{"key", "value", "effect"}], "window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``.
+A time-shared pool's nodes carry the window taint while its daily window (UTC) is closed.
 
 Ready (``GET /readyz``) while the last pass found every existing node as wanted; a node that is not
 in the cluster is logged, not waited for. ``GET /healthz`` answers while the process runs.
@@ -36,10 +42,12 @@ import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping, Optional, Protocol
+from typing import Callable, Mapping, NamedTuple, Optional, Protocol
 
 OWNED_ANNOTATION = "dualsched.io/owned-taints"
 """The taints this program owns on the node (those it wants), as ``key:Effect,key:Effect`` (taint keys hold no ':' or ',')."""
+OWNED_LABELS_ANNOTATION = "dualsched.io/owned-labels"
+"""The label keys this program owns on the node (those it wants), as ``key,key`` (label keys hold no ',')."""
 FIELD_MANAGER = "dualsched-node-keeper"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PASS_SECONDS = 10
@@ -74,8 +82,15 @@ def wanted_taints(pool: Mapping, now: datetime) -> list[Taint]:
     return [*pool["taints"], *([window["taint"]] if closed else [])]
 
 
-def wanted_by_node(desired: Mapping, now: datetime) -> dict[str, list[Taint]]:
-    return {node: wanted_taints(pool, now) for pool in desired["pools"] for node in pool["nodes"]}
+class Wanted(NamedTuple):
+    """What one node should carry now."""
+
+    labels: Mapping[str, str]
+    taints: list[Taint]
+
+
+def wanted_by_node(desired: Mapping, now: datetime) -> dict[str, Wanted]:
+    return {node: Wanted(pool["labels"], wanted_taints(pool, now)) for pool in desired["pools"] for node in pool["nodes"]}
 
 
 def owned(annotations: Mapping[str, str]) -> set[TaintId]:
@@ -114,29 +129,52 @@ def merge(current: list[Taint], wanted: list[Taint], owned_ids: set[TaintId], no
     return merged + [_as_set(t, now) for t in missing.values()]
 
 
-def patch_for(node: Mapping, wanted: list[Taint], now: datetime) -> Optional[dict]:
-    """The merge patch that brings ``node`` to the wanted taints, or None when it is already there."""
+def owned_labels(annotations: Mapping[str, str]) -> set[str]:
+    """The label keys recorded as this program's on an earlier pass."""
+    return {key for key in (annotations.get(OWNED_LABELS_ANNOTATION) or "").split(",") if key}
+
+
+def label_changes(current: Mapping[str, str], wanted: Mapping[str, str], owned_keys: set[str]) -> dict[str, Optional[str]]:
+    """The merge patch of the node's labels: each wanted label that differs, and None (remove) for each
+    label it owns, no longer wants and the node still has. Every other label is left out: untouched."""
+    changed: dict[str, Optional[str]] = {key: value for key, value in wanted.items() if current.get(key) != value}
+    changed.update({key: None for key in sorted(owned_keys - set(wanted)) if key in current})
+    return changed
+
+
+def patch_for(node: Mapping, wanted: Wanted, now: datetime) -> Optional[dict]:
+    """The merge patch that brings ``node`` to the wanted labels and taints, or None when it is already there."""
     metadata = node["metadata"]
     annotations = metadata.get("annotations") or {}
     current = (node.get("spec") or {}).get("taints") or []
-    taints = merge(current, wanted, owned(annotations), now)
-    record = ownership_record(wanted)
-    if taints == current and annotations.get(OWNED_ANNOTATION) == record:
+    taints = merge(current, wanted.taints, owned(annotations), now)
+    labels = label_changes(metadata.get("labels") or {}, wanted.labels, owned_labels(annotations))
+    records = {OWNED_ANNOTATION: ownership_record(wanted.taints), OWNED_LABELS_ANNOTATION: ",".join(sorted(wanted.labels)) or None}
+    stale_records = {key: value for key, value in records.items() if annotations.get(key) != value}
+    if taints == current and not labels and not stale_records:
         return None
     # resourceVersion makes it conditional: the API server refuses it (409) if the node changed since the GET
-    patch: dict = {"metadata": {"resourceVersion": metadata["resourceVersion"], "annotations": {OWNED_ANNOTATION: record}}}
+    patch: dict = {"metadata": {"resourceVersion": metadata["resourceVersion"]}}
+    if stale_records:
+        patch["metadata"]["annotations"] = stale_records
+    if labels:
+        patch["metadata"]["labels"] = labels
     if taints != current:
         patch["spec"] = {"taints": taints or None}
     return patch
 
 
 def changes(node: Mapping, patch: Mapping) -> list[str]:
-    """What a patch does to the node's taints, one line each."""
+    """What a patch does to the node's labels and taints, one line each."""
+    lines = [
+        f"label {key} removed" if value is None else f"label {key}={value} set"
+        for key, value in (patch["metadata"].get("labels") or {}).items()
+    ]
     if "spec" not in patch:
-        return []
+        return lines
     before = [describe(t) for t in (node.get("spec") or {}).get("taints") or []]
     after = [describe(t) for t in patch["spec"]["taints"] or []]
-    return [f"removed {t}" for t in before if t not in after] + [f"added {t}" for t in after if t not in before]
+    return lines + [f"removed {t}" for t in before if t not in after] + [f"added {t}" for t in after if t not in before]
 
 
 class NodeApi(Protocol):
@@ -196,12 +234,12 @@ class Keeper:
         self.missing: set[str] = set()
         self.ready = False
 
-    def keep(self, name: str, wanted: list[Taint], now: datetime) -> bool:
-        """Bring one node to its wanted taints; True when it is there (or not in the cluster)."""
+    def keep(self, name: str, wanted: Wanted, now: datetime) -> bool:
+        """Bring one node to its wanted labels and taints; True when it is there (or not in the cluster)."""
         node = self.api.node(name)
         if node is None:
             if name not in self.missing:
-                self.log(f"{name}: no such node (yet); its taints are set once it joins")
+                self.log(f"{name}: no such node (yet); its labels and taints are set once it joins")
                 self.missing.add(name)
             return True
         self.missing.discard(name)

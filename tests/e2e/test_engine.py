@@ -6,7 +6,8 @@ preview + up of dev -> placement, storage, Pod Security, no-op preview, no secre
 nodes -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
 retained stays: the Slurm namespace with the controller state and database claims, the shared PVs,
 the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. KWOK runs
-no container, so the node keeper's taints are checked as its desired state. The world (cluster,
+no container: the node keeper's program runs on the host instead (tools/host_keeper.py) and writes the pools'
+labels and taints, which slurmd's nodeSelector and the model servers' affinity need. The world (cluster,
 project copy, backend) comes from conftest.py.
 """
 
@@ -71,8 +72,15 @@ def nodes(world: World) -> dict[str, dict[str, Any]]:
 
 
 def slurmd_nodes(world: World, config: StackConfig, pool: str) -> list[str]:
+    """The nodes running the pool's slurmd, once every node of the pool has a ready one: the DaemonSet
+    selects on labels that the keeper writes (up waits for the keeper's readiness, which KWOK fakes)."""
     selector = f"app.kubernetes.io/name=slurmd,{config.placement.pool_label}={pool}"
+    [wanted] = [len(p.node_names) for p in config.pools if p.name == pool]
+    deadline = time.monotonic() + 60
     found = pods(world, config.slurm.namespace, selector)
+    while (len(found) < wanted or not all(ready(p) for p in found)) and time.monotonic() < deadline:
+        time.sleep(2)
+        found = pods(world, config.slurm.namespace, selector)
     assert all(ready(p) for p in found), [(p["metadata"]["name"], p["status"]) for p in found if not ready(p)]
     return sorted(p["spec"]["nodeName"] for p in found)
 
@@ -139,7 +147,7 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
     # with the token minter, slurmrestd, the node keeper and every namespace's NetworkPolicies; no munge key or claim for Jobs
-    assert sum(1 for obj in render.objects) == 59
+    assert sum(1 for obj in render.objects) == 57  # no object per node: the keeper labels the nodes
 
 
 def test_up_succeeds(dev: Deployed):
@@ -214,8 +222,8 @@ def check_node_labels(world: World, config: StackConfig) -> None:
 def kept_taints(world: World, config: StackConfig) -> dict[str, list[dict[str, str]]]:
     """Node -> the static taints the node keeper is told to keep there, from its ConfigMap in the cluster.
 
-    KWOK runs no container: the keeper's pod is only marked Ready, so here no taint reaches a node and the
-    keeper's desired state is what can be checked. tests/node/test_node_taints.py checks it on a real node."""
+    What the keeper writes (here its program on the host, tools/host_keeper.py) is checked on a real node by
+    tests/node/test_node_taints.py."""
     [files] = world.kget("configmaps", "-n", config.slurm.namespace, "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
     return {node: pool["taints"] for pool in json.loads(files["data"][STATE_FILE])["pools"] for node in pool["nodes"]}
 

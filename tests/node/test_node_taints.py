@@ -1,14 +1,15 @@
-"""The node keeper on the real node: it adds the pool's taints next to someone else's taint and label,
-removes only its own, and puts a time-shared pool's window taint on the node only while the window is
-closed.
+"""The node keeper on the real node: it adds the pool's labels and taints next to someone else's taint
+and label, removes only its own (a label or taint dropped from the config), and puts a time-shared pool's
+window taint on the node only while the window is closed.
 
 The module deploys a stack of its own (a Pulumi project in the session's temp dir) built from the
 library's components for the local stack's config, in a Slurm namespace of its own: the namespace with
-its NetworkPolicies (the keeper reaches the API server through them, under kube-router), the pool's
-NodePatches and the node keeper. Each `pulumi up` waits for the keeper's new pod to be ready, which it
-is once a pass found the node as wanted, so the tests look at the node right after it. At the end the
-window is open and the config has no taint of ours, so the node carries none; the stack is destroyed
-and the foreign taint and label are removed again.
+its NetworkPolicies (the keeper reaches the API server through them, under kube-router), the node keeper,
+and a DaemonSet that selects the pool's nodes by the pool label and waits for the keeper, as slurmd's does.
+Each `pulumi up` waits for the keeper's new pod to be ready, which it is once a pass found the node as
+wanted, so the tests look at the node right after it. At the end the window is open and the config has
+no taint of ours, so the node carries none; the stack is destroyed and the foreign taint and label, and
+the labels the keeper left (deleting it leaves them), are removed again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from dualsched.components.node_keeper import KEEPER
-from dualsched.components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION
+from dualsched.components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
 from e2e_support import TIMINGS, copy_project, tail
 from node_support import NodeWorld, local_config
 
@@ -35,20 +36,42 @@ FOREIGN_TAINT = {"key": "example.com/foreign", "value": "yes", "effect": "Prefer
 FOREIGN_LABEL = ("example.com/foreign-label", "yes")
 OURS = {"key": "dualsched.io/keeper-test", "value": "yes", "effect": "PreferNoSchedule"}
 WINDOW_KEY = "dualsched.io/inference-window"
+POOL_LABEL = "dualsched.io/pool"
+MOVED_POOL_LABEL = "dualsched.io/keeper-test-pool"
+"""placement.poolLabel of the second config: the first one's pool label key leaves the desired state."""
+SELECTED = "keeper-selected"
+OUR_LABEL_KEYS = (POOL_LABEL, MOVED_POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus")
 PROGRAM = """
 import pulumi
+import pulumi_kubernetes as k8s
 
 from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
-from dualsched.components.nodepools import GpuNodePool, GpuNodePoolArgs
 from dualsched.config import load_pulumi_config
 
 config = load_pulumi_config()
 namespace = SlurmNamespace("keeper", SlurmNamespaceArgs(config))
 keeper = NodeKeeper("keeper", NodeKeeperArgs(config, namespace.name))
-for pool in config.pools:
-    GpuNodePool(f"keeper-{pool.name}", GpuNodePoolArgs(config, pool), opts=pulumi.ResourceOptions(depends_on=[keeper]))
-"""
+# selects the pool's nodes by the label the keeper writes, and waits for it, as slurmd's DaemonSet does
+app = {"app": "%s"}
+k8s.apps.v1.DaemonSet(
+    "%s",
+    metadata={"name": "%s", "namespace": namespace.name},
+    spec={
+        "selector": {"matchLabels": app},
+        "template": {
+            "metadata": {"labels": app},
+            "spec": {
+                "nodeSelector": {config.placement.pool_label: config.pools[0].name},
+                "tolerations": [{"operator": "Exists"}],
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "sleep", "image": config.images.python, "command": ["sleep", "infinity"]}],
+            },
+        },
+    },
+    opts=pulumi.ResourceOptions(depends_on=[keeper]),
+)
+""" % (SELECTED, SELECTED, SELECTED)
 
 
 def window_from_now(minutes_from_now: int, duration: int) -> dict:
@@ -72,10 +95,11 @@ class Keeper:
         (project / "Pulumi.yaml").write_text(yaml.safe_dump({**settings, "name": "dualsched-keeper-test"}, sort_keys=False))
         self.node_world, self.world = world, dataclasses.replace(world, project=project)
 
-    def up(self, **pool) -> None:
+    def up(self, pool_label: str = POOL_LABEL, **pool) -> None:
         """`pulumi up` of the local stack's config, in our namespace, with ``pool`` set on its one pool."""
         config = local_config(self.node_world)
         config["slurm"]["namespace"] = NAMESPACE
+        config.setdefault("placement", {})["poolLabel"] = pool_label
         config["inference"], config["submission"] = {"enabled": False}, {"enabled": False}
         config["pools"][0].update(pool)
         if config["pools"][0]["mode"] == "time-shared":
@@ -90,6 +114,17 @@ class Keeper:
 
     def taints(self) -> list[dict]:
         return [{k: v for k, v in t.items() if k != "timeAdded"} for t in self.node()["spec"].get("taints", [])]
+
+    def selected_running(self, seconds: int = 120) -> bool:
+        """The DaemonSet's pod runs on the node, within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            pods = self.world.kget("pods", "-n", NAMESPACE, "-l", f"app={SELECTED}")["items"]
+            on_node = any(p["spec"].get("nodeName") == NODE and p["status"].get("phase") == "Running"
+                          for p in pods if "deletionTimestamp" not in p["metadata"])  # fmt: skip
+            if on_node or time.monotonic() > deadline:
+                return on_node
+            time.sleep(2)
 
     def keeper_pods(self, terminating: bool = False) -> list[dict]:
         pods = self.world.kget("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
@@ -114,8 +149,8 @@ def keeper(node_world: NodeWorld) -> Iterator[Keeper]:
         # what a failed test may have left of ours too: the keeper is gone, nothing else removes it
         for key, effect in ((FOREIGN_TAINT["key"], FOREIGN_TAINT["effect"]), (OURS["key"], OURS["effect"]), (WINDOW_KEY, "NoExecute")):
             node_world.kubectl("taint", "node", NODE, f"{key}:{effect}-", check=False)
-        node_world.kubectl("label", "node", NODE, f"{FOREIGN_LABEL[0]}-", check=False)
-        node_world.kubectl("annotate", "node", NODE, f"{OWNED_ANNOTATION}-", check=False)
+        node_world.kubectl("label", "node", NODE, *(f"{key}-" for key in (FOREIGN_LABEL[0], *OUR_LABEL_KEYS)), check=False)
+        node_world.kubectl("annotate", "node", NODE, f"{OWNED_ANNOTATION}-", f"{OWNED_LABELS_ANNOTATION}-", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +173,28 @@ def test_our_taint_is_added_after_the_foreign_ones_which_stay_as_they_were(taint
     assert f"{NODE}: added dualsched.io/keeper-test=yes:PreferNoSchedule" in tainted.logs()
 
 
+def test_the_pools_labels_are_on_the_node_and_recorded_as_the_keepers(tainted: Keeper):
+    labels = tainted.node()["metadata"]["labels"]
+    assert {key: labels.get(key) for key in (POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus")} == {
+        POOL_LABEL: "gpu", "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "2"}
+    annotations = tainted.node()["metadata"]["annotations"]
+    assert annotations[OWNED_LABELS_ANNOTATION] == f"dualsched.io/mode,{POOL_LABEL},dualsched.io/slurm-gpus"
+    assert f"{NODE}: label {POOL_LABEL}=gpu set" in tainted.logs()
+
+
+def test_a_daemonset_selecting_the_pool_label_is_created_after_the_labels_and_runs_on_the_node(tainted: Keeper):
+    """The labels appear when the keeper writes them, not when the engine does: the DaemonSet waits for the
+    keeper, which is ready only once they are on the node, so it is created after the keeper's write."""
+    [written] = [e["time"] for e in tainted.node()["metadata"]["managedFields"] if e["manager"] == FIELD_MANAGER]
+    daemonset = tainted.world.kget("daemonset", SELECTED, "-n", NAMESPACE)
+    assert written <= daemonset["metadata"]["creationTimestamp"]  # RFC 3339 UTC, second resolution: ordered as strings
+    assert tainted.selected_running(), tainted.world.kget("pods", "-n", NAMESPACE, "-l", f"app={SELECTED}")
+
+
 @pytest.fixture(scope="module")
 def window_closed(tainted: Keeper) -> Keeper:
     """Our static taint dropped from the config; the pool time-shared, its window opening in two hours."""
-    tainted.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(120, 60))
+    tainted.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(120, 60), pool_label=MOVED_POOL_LABEL)
     return tainted
 
 
@@ -150,6 +203,18 @@ def test_a_taint_dropped_from_the_config_goes_and_the_foreign_one_stays(window_c
     assert OURS not in taints
     assert [t for t in taints if t["key"] != WINDOW_KEY] == window_closed.before
     assert f"{NODE}: removed dualsched.io/keeper-test=yes:PreferNoSchedule" in window_closed.logs()
+
+
+def test_a_label_dropped_from_the_config_goes_and_the_foreign_one_stays(window_closed: Keeper):
+    """The pool label's key moved (placement.poolLabel): the old key is no longer wanted, and was recorded."""
+    node = window_closed.node()
+    labels = node["metadata"]["labels"]
+    assert POOL_LABEL not in labels and labels[MOVED_POOL_LABEL] == "gpu" and labels["dualsched.io/mode"] == "time-shared"
+    assert labels[FOREIGN_LABEL[0]] == FOREIGN_LABEL[1] and labels["kubernetes.io/hostname"] == NODE
+    assert node["metadata"]["annotations"][OWNED_LABELS_ANNOTATION] == f"{MOVED_POOL_LABEL},dualsched.io/mode,dualsched.io/slurm-gpus"
+    assert f"{NODE}: label {POOL_LABEL} removed" in window_closed.logs()
+    # the DaemonSet follows the new key, and its pod stays on the node
+    assert window_closed.selected_running()
 
 
 def test_a_closed_window_puts_its_no_execute_taint_on_the_node(window_closed: Keeper):
@@ -175,7 +240,7 @@ def test_the_replaced_keeper_stopped_at_sigterm(window_closed: Keeper):
 @pytest.fixture(scope="module")
 def window_open(window_closed: Keeper) -> Keeper:
     """The window moved to have opened half an hour ago, for two hours."""
-    window_closed.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(-30, 120))
+    window_closed.up(taints=[], mode="time-shared", inferenceWindow=window_from_now(-30, 120), pool_label=MOVED_POOL_LABEL)
     return window_closed
 
 
