@@ -25,10 +25,10 @@ venv: $(STAMP)
 
 ## Offline render of a stack (no cluster): every object as YAML under build/<stack>
 render: venv
-	$(PY) -m components.render --stack dev --out build/dev
+	$(PY) -m dualsched.components.render --stack dev --out build/dev
 
 render-prod: venv
-	$(PY) -m components.render --stack prod --out build/prod
+	$(PY) -m dualsched.components.render --stack prod --out build/prod
 
 ## Toolchain from Go modules (cached in $(TOOLS_CACHE), keyed by version)
 tools:

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from components.slurm_config import CLUSTER_NAME_LOCK, CONFIG_MAP_NAME
-from components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files, restart_hash
+from dualsched.components.slurm_config import CLUSTER_NAME_LOCK, CONFIG_MAP_NAME
+from dualsched.components.slurm_files import SLURM_FILES, config_hash, kubernetes_site, render_slurm_files, restart_hash
 from rendering import render_raw, render_stack, variant
 
 
