@@ -73,6 +73,7 @@ test-node: venv tools images
 ## Container images of the real node, from Debian packages (cached in $(TOOLS_CACHE)/images)
 images:
 	tools/images.sh build
+	DUALSCHED_SLURM_SUITE=forky tools/images.sh build slurm
 
 test: venv slurm-deps checkov tools images
 	$(PY) -m pytest

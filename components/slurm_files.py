@@ -106,7 +106,7 @@ class Site:
     """Pool name -> NodeAddr hostlist, when node names do not resolve to the nodes."""
     addresses_from_registration: bool = False
     """Pools without node_addresses learn each node's address when its slurmd registers
-    (State=CLOUD with SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
+    (State=CLOUD; before Slurm 23.11 also SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
     pyxis_runtime_path: str = "/run/pyxis"
     """Pyxis's own state (its runtime_path); slurmd makes the directory when it starts with Pyxis loaded."""
     spank_pyxis: str = "/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"
@@ -115,6 +115,21 @@ class Site:
 
 
 CGROUP_PLUGINS = {CgroupVersion.V2: "cgroup/v2", CgroupVersion.V1: "cgroup/v1"}
+CLOUD_REG_ADDRS_DEFAULT_SINCE = (23, 11)
+"""Slurm 23.11 made cloud_reg_addrs the default and calls the option defunct (an error at every start)."""
+
+
+def slurm_release(config: StackConfig) -> tuple[int, int]:
+    year, month = config.slurm.release.split(".")
+    return int(year), int(month)
+
+
+def slurmctld_parameters(config: StackConfig, site: Site) -> str:
+    """SlurmctldParameters: configless always; cloud_reg_addrs where the release still needs it asked for."""
+    parameters = ["enable_configless"]
+    if site.addresses_from_registration and slurm_release(config) < CLOUD_REG_ADDRS_DEFAULT_SINCE:
+        parameters.append("cloud_reg_addrs")
+    return ",".join(parameters)
 
 
 def kubernetes_site(config: StackConfig) -> Site:
@@ -395,6 +410,7 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "partitions": _partition_lines(config),
         "windows": _window_lines(config),
         "preempt_type": PREEMPT_TYPES[config.slurm.preemption.type],
+        "slurmctld_parameters": slurmctld_parameters(config, site),
         "manages_accounts": bool(config.slurm.accounts),
         "owner_marker": f"{OWNER_MARKER}{config.slurm.cluster_name}",
         "qos_lines": _qos_lines(config),

@@ -28,6 +28,7 @@ from dualsched.config.types import (
     HostName,
     ImageRef,
     KubernetesMinor,
+    SlurmRelease,
     LabelKey,
     LabelValue,
     HostlistExpression,
@@ -192,15 +193,16 @@ class GpuAutoDetect(str, Enum):
 
 
 class Images(Model):
-    """Container images. Defaults are pinned, real release tags."""
+    """Container images. Defaults are pinned, real release tags: Slurm's are SchedMD's Slinky images
+    of Slurm 25.11 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says."""
 
-    slurmctld: ImageRef = "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04"
+    slurmctld: ImageRef = "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04"
     """slurmctld image (SchedMD's Slinky image)."""
-    slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04"
+    slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04"
     """slurmd image, also used for munged sidecars and the sbatch client."""
-    slurmd_pyxis: ImageRef = "ghcr.io/slinkyproject/slurmd-pyxis:25.05-ubuntu24.04"
+    slurmd_pyxis: ImageRef = "ghcr.io/slinkyproject/slurmd-pyxis:25.11-ubuntu24.04"
     """slurmd image with Pyxis and Enroot (SchedMD's slurmd-pyxis): every pool's slurmd runs it once any pool has containers."""
-    slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.05-ubuntu24.04"
+    slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.11-ubuntu24.04"
     """slurmdbd image."""
     mariadb: ImageRef = "docker.io/library/mariadb:11.4.8"
     """MariaDB image for the in-cluster accounting database."""
@@ -208,7 +210,7 @@ class Images(Model):
     """vLLM OpenAI-compatible server image."""
     triton: ImageRef = "nvcr.io/nvidia/tritonserver:25.09-py3"
     """NVIDIA Triton Inference Server image."""
-    slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.05-ubuntu24.04"
+    slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.11-ubuntu24.04"
     """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
     python: ImageRef = "docker.io/library/python:3.13.9-slim-bookworm"
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
@@ -630,6 +632,9 @@ class Slurm(Model):
     """Optional ResourceQuota (requests) for the Slurm namespace."""
     users: tuple[SlurmUser, ...] = Field((), max_length=4096)  # their passwd and group lines fit one ConfigMap (1 MiB)
     """Users jobs run as (root never may: DisableRootJobs). Every Slurm pod resolves them the same way."""
+    release: SlurmRelease = "25.11"
+    """Slurm release the images run (the default images': 25.11). slurm.conf leaves out what it
+    no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 23.11."""
     cgroup_version: CgroupVersion = CgroupVersion.V2
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts."""
     gpu_auto_detect: GpuAutoDetect = GpuAutoDetect.NVML

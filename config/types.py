@@ -72,6 +72,9 @@ _PATH_SEGMENT = _pattern(r"[A-Za-z0-9._-]+")
 # Kubernetes minor version, as the schema files are named: '1.34'.
 _KUBERNETES_MINOR = _pattern(r"1\.[0-9]{2}")
 
+# A Slurm release, as its version begins: '25.11' (year and month, no patch level).
+_SLURM_RELEASE = _pattern(r"[0-9]{2}\.[0-9]{2}")
+
 # Slurm PartitionName: a word Slurm accepts and shells need not quote.
 _PARTITION_NAME = _pattern(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
@@ -222,6 +225,7 @@ AbsolutePath = Annotated[
     str,
     _valid(lambda v: _is_path(v, absolute=True), "must be an absolute path such as '/export/shared', without '.' or '..' segments", 1024),
 ]
+SlurmRelease = Annotated[str, _matching(_SLURM_RELEASE, "must be a Slurm release such as '25.11' (no patch level)", 5)]
 KubernetesMinor = Annotated[
     str, _matching(_KUBERNETES_MINOR, "must be a Kubernetes minor version such as '1.34' (no 'v', no patch)", 4)
 ]

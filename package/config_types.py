@@ -22,7 +22,8 @@ class Placement(TypedDict):
 
 
 class Images(TypedDict):
-    """Container images. Defaults are pinned, real release tags."""
+    """Container images. Defaults are pinned, real release tags: Slurm's are SchedMD's Slinky images
+    of Slurm 25.11 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says."""
 
     slurmctld: NotRequired[pulumi.Input[str]]
     """slurmctld image (SchedMD's Slinky image)."""
@@ -272,6 +273,9 @@ class Slurm(TypedDict):
     """Optional ResourceQuota (requests) for the Slurm namespace."""
     users: NotRequired[pulumi.Input[list[SlurmUser]]]
     """Users jobs run as (root never may: DisableRootJobs). Every Slurm pod resolves them the same way."""
+    release: NotRequired[pulumi.Input[str]]
+    """Slurm release the images run (the default images': 25.11). slurm.conf leaves out what it
+no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 23.11."""
     cgroup_version: NotRequired[pulumi.Input[str]]
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts. One of: 'v2', 'v1'."""
     gpu_auto_detect: NotRequired[pulumi.Input[str]]

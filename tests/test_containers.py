@@ -113,7 +113,7 @@ def test_every_slurmd_runs_the_pyxis_image_once_a_pool_has_containers():
     for pool in ("h100-a", "h100-b", "h100-shared"):
         pod = pod_spec(_slurmd_of(rendered, pool))
         assert {c["image"] for c in pod["containers"] + pod["initContainers"]} == {
-            "ghcr.io/slinkyproject/slurmd-pyxis:25.05-ubuntu24.04"
+            "ghcr.io/slinkyproject/slurmd-pyxis:25.11-ubuntu24.04"
         }
 
 

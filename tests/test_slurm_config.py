@@ -57,7 +57,7 @@ def test_config_map_has_a_fixed_name(stack):
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_slurm_conf_is_configless_and_accounts_gpus(stack):
     conf = render_stack(stack).slurm_files["slurm.conf"]
-    assert "SlurmctldParameters=enable_configless,cloud_reg_addrs" in conf.splitlines()
+    assert "SlurmctldParameters=enable_configless" in conf.splitlines()
     assert re.search(r"^AccountingStorageTRES=.*\bgres/gpu\b", conf, re.M)
     assert "AccountingStorageHost=slurmdbd.slurm.svc.cluster.local" in conf.splitlines()
 

@@ -177,10 +177,71 @@ def test_gpu_use_is_accounted(stack):
     assert lines(render(config_of(stack))["slurm.conf"], "AccountingStorageTRES") == ["AccountingStorageTRES=gres/gpu"]
 
 
-def test_compute_nodes_fetch_config_from_the_controller_and_register_their_address(stack):
-    assert lines(render(config_of(stack))["slurm.conf"], "SlurmctldParameters") == [
-        "SlurmctldParameters=enable_configless,cloud_reg_addrs"
-    ]
+def test_compute_nodes_fetch_config_from_the_controller(stack):
+    assert lines(render(config_of(stack))["slurm.conf"], "SlurmctldParameters") == ["SlurmctldParameters=enable_configless"]
+
+
+def _released(stack: str, release: str) -> StackConfig:
+    raw = raw_stack(stack)
+    raw["slurm"]["release"] = release
+    return parse_stack_config(raw)
+
+
+@pytest.mark.parametrize(
+    ("release", "parameters"),
+    [
+        pytest.param("22.05", "enable_configless,cloud_reg_addrs", id="22.05-asks-for-registration-addresses"),
+        pytest.param("23.02", "enable_configless,cloud_reg_addrs", id="23.02-asks-for-registration-addresses"),
+        pytest.param("23.11", "enable_configless", id="23.11-registers-addresses-by-default"),
+        pytest.param("25.11", "enable_configless", id="25.11-registers-addresses-by-default"),
+        pytest.param("26.05", "enable_configless", id="26.05-registers-addresses-by-default"),
+    ],
+)
+def test_cloud_nodes_register_their_address_in_every_release(release: str, parameters: str):
+    """Slurm 23.11 made cloud_reg_addrs the default and logs an error for the defunct option
+    (src/common/read_config.c); 22.05 needs it for CLOUD nodes to get the address they register from."""
+    assert lines(render(_released("dev", release))["slurm.conf"], "SlurmctldParameters") == [f"SlurmctldParameters={parameters}"]
+
+
+# Options Slurm 25.11 or 26.05 no longer accepts, or accepts only to log that they are defunct or
+# obsolete: the keys of 22.05's parser tables missing from 25.11's, the _defunct_option entries and
+# the "obsolete"/"defunct" warnings of 25.11 and 26.05 (SchedMD/slurm src/common/read_config.c,
+# src/interfaces/cgroup.c), and JobContainerType (NamespaceType since 25.11: neither is valid in both).
+REMOVED_OPTIONS = {
+    "slurm.conf": {
+        "AccountingStorageLoc", "AccountingStorageUser", "CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType",
+        "FastSchedule", "FrontendAddr", "FrontendName", "GetEnvTimeout", "JobContainerType", "JobCredentialPrivateKey",
+        "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin", "SchedulerAuth", "SlurmctldPlugstack",
+    },
+    "cgroup.conf": {
+        "AllowedDevicesFile", "AllowedKmemSpace", "CgroupAutomount", "CgroupReleaseAgentDir", "ConstrainKmemSpace",
+        "MaxKmemPercent", "MinKmemSpace",
+    },
+}
+# Values of comma-separated parameters that are defunct since 23.11 (cloud_reg_addrs, NoAddrCache)
+# or 26.05 (enable_job_state_cache).
+REMOVED_PARAMETERS = {"cloud_reg_addrs", "noaddrcache", "enable_job_state_cache"}
+
+
+@pytest.mark.parametrize("release", ["23.11", "25.11", "26.05"])
+def test_files_for_newer_releases_use_no_removed_option(stack: str, release: str):
+    files = render(_released(stack, release))
+    for name, removed in REMOVED_OPTIONS.items():
+        used = {key.lower() for keys in _settings(files[name]) for key in keys}
+        assert not used & {key.lower() for key in removed}, name
+    values = {value.lower() for line in _settings_lines(files["slurm.conf"]) for value in re.split(r"[=,\s]", line)}
+    assert not values & REMOVED_PARAMETERS
+
+
+def _settings_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_a_release_is_year_and_month():
+    raw = raw_stack("dev")
+    raw["slurm"]["release"] = "25.11.6"
+    with pytest.raises(ConfigError, match=r"slurm\.release: must be a Slurm release such as '25\.11'.*\(got '25\.11\.6'\)"):
+        parse_stack_config(raw)
 
 
 # ------------------------------------------------------- node addresses (cloud nodes)
@@ -215,7 +276,6 @@ def test_pool_with_node_addresses_is_not_a_cloud_pool(prod_config):
     )
     assert node_lines["NodeName=gpu-a-[001-032]"].endswith(" State=CLOUD")
     assert node_lines["NodeName=gpu-s-[001-016]"].endswith(" State=CLOUD")
-    assert lines(slurm_conf, "SlurmctldParameters") == ["SlurmctldParameters=enable_configless,cloud_reg_addrs"]
 
 
 # ------------------------------------------------------------------ memory and users

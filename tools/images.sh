@@ -11,6 +11,7 @@
 # exact versions. No registry is ever contacted: the images are imported from archives.
 #
 #   dualsched.local/slurm:22.05        slurmctld slurmd slurmdbd slurmrestd slurm-client munge, auth/jwt (no keys)
+#   dualsched.local/slurm:26.05        the same from Debian forky (DUALSCHED_SLURM_SUITE=forky; trixie: :24.11)
 #   dualsched.local/mariadb:10.11      mariadb-server mariadb-client (empty /var/lib/mysql)
 #   dualsched.local/vllm-standin:1     python3 + tools/images/vllm_standin.py as /usr/local/bin/vllm
 #   dualsched.local/python:3.11        python3 alone: the token minter and the Jobs' token sidecar
@@ -39,7 +40,9 @@
 # Env: DUALSCHED_TOOLS_CACHE, DUALSCHED_IMAGES_FORCE=1 (rebuild), DUALSCHED_IMAGES_MIRROR
 #      (an mmdebstrap MIRROR argument, e.g. a URL or a sources file; default: mmdebstrap's
 #      deb.debian.org + bookworm-updates + bookworm-security), CONTAINERD_ADDRESS
-#      (default for --address: /run/containerd/containerd.sock).
+#      (default for --address: /run/containerd/containerd.sock), DUALSCHED_SLURM_SUITE (the
+#      Debian suite of the slurm image: bookworm, the default, gives dualsched.local/slurm:22.05,
+#      trixie :24.11, forky :26.05; the other images stay bookworm).
 # Needs: mmdebstrap, python3, flock; ctr for import. Run as root (mmdebstrap's root mode).
 set -euo pipefail
 
@@ -48,13 +51,18 @@ ROOT="$(cd "$HERE/.." && pwd)"
 CACHE="${DUALSCHED_TOOLS_CACHE:-$HOME/.cache/dualsched-tools}"
 IMAGES_DIR="$CACHE/images"
 SUITE=bookworm
+# A newer Slurm comes from a newer Debian suite (containers carry their own libc): the slurm
+# image of suite S is built as the image "slurm.S", so its archive, log and cache key are its
+# own and the default bookworm image stays cached next to it.
+SLURM_SUITE="${DUALSCHED_SLURM_SUITE:-bookworm}"
+declare -A SLURM_TAGS=([bookworm]=22.05 [trixie]=24.11 [forky]=26.05)
 FORCE="${DUALSCHED_IMAGES_FORCE:-0}"
 MIRROR="${DUALSCHED_IMAGES_MIRROR:-}"
 ALL_IMAGES=(slurm mariadb vllm-standin python pause)
 
 # Options of every mmdebstrap run (part of the cache key): no Recommends, no man pages,
 # info or translations, documentation reduced to the copyright files.
-MMDEBSTRAP_OPTS=(
+BASE_MMDEBSTRAP_OPTS=(
   --aptopt='APT::Install-Recommends "false"'
   --dpkgopt='path-exclude=/usr/share/man/*'
   --dpkgopt='path-exclude=/usr/share/info/*'
@@ -73,8 +81,8 @@ since() { local t=$(( $(now_ms) - $1 )); printf '%d.%01ds' $((t / 1000)) $((t % 
 # file in the layer (symbolic links such as /bin -> usr/bin are followed).
 recipe() {
   case "$1" in
-    slurm) cat <<'EOF'
-{"ref": "dualsched.local/slurm:22.05", "variant": "essential",
+    slurm) cat <<EOF
+{"ref": "dualsched.local/slurm:${SLURM_TAGS[$SUITE]}", "variant": "essential",
  "packages": ["slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-wlm-jwt-plugin", "slurm-client", "munge", "procps",
               "bash", "coreutils", "ca-certificates", "mount"],
  "drop": ["etc/munge/munge.key"],
@@ -333,7 +341,12 @@ ARCH="$(dpkg --print-architecture)"
 # files it installs), the helper's code, the function that runs mmdebstrap and its
 # options, suite, mirror and architecture.
 load() {
-  RECIPE="$(recipe "$1")"
+  SUITE=bookworm; [ "${1%%.*}" = "$1" ] || SUITE=${1#*.}
+  MMDEBSTRAP_OPTS=("${BASE_MMDEBSTRAP_OPTS[@]}")
+  # Debian testing's Release files expire after a week and the mirror this machine reaches
+  # serves an older forky: apt still checks their signatures, not their expiry.
+  [ "$SUITE" != forky ] || MMDEBSTRAP_OPTS+=(--aptopt='Acquire::Check-Valid-Until "false"')
+  RECIPE="$(recipe "${1%%.*}")"
   export RECIPE ROOT
   KEY="$(py key "$SUITE" "$MIRROR" "$ARCH" "${MMDEBSTRAP_OPTS[@]}" "$PY_HELPER" "$(declare -f build_one)")"
   REF="$(py get ref)"
@@ -462,6 +475,8 @@ main() {
     esac
   done
   [ ${#images[@]} -gt 0 ] || images=("${ALL_IMAGES[@]}")
+  [ -n "${SLURM_TAGS[$SLURM_SUITE]:-}" ] || die "DUALSCHED_SLURM_SUITE=$SLURM_SUITE: not one of ${!SLURM_TAGS[*]}"
+  [ "$SLURM_SUITE" = bookworm ] || for i in "${!images[@]}"; do [ "${images[$i]}" != slurm ] || images[$i]=slurm.$SLURM_SUITE; done
   command -v python3 >/dev/null || die "python3 not found"
   case "$cmd" in
     build) build_all "${images[@]}" ;;

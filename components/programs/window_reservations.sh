@@ -13,7 +13,7 @@ set -u
 PREFIX=dualsched-window-
 DAY=86400
 # Times are seconds since the epoch both ways, so no time zone or date parsing is involved: scontrol
-# prints them so given a strftime format, and reads uts<seconds> (src/common/parse_time.c, 22.05 to 25.05).
+# prints them so given a strftime format, and reads uts<seconds> (src/common/parse_time.c, 22.05 to 26.05).
 export SLURM_TIME_FORMAT=%s
 # DAILY: slurmctld moves the reservation to the next day when it ends. IGNORE_JOBS: without it
 # slurmctld refuses a reservation that a running job's time limit reaches into ("Requested nodes are
