@@ -12,6 +12,7 @@ from components.compute import ComputePool, ComputePoolArgs
 from components.controller import SlurmController, SlurmControllerArgs
 from components.identity import UserDirectory, UserDirectoryArgs
 from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
+from components.login import Login, LoginArgs
 from components.munge import MungeKey, MungeKeyArgs
 from components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from components.node_keeper import NodeKeeper, NodeKeeperArgs
@@ -108,7 +109,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         storage: SharedStorageVolumes,
         node_pools: dict[str, GpuNodePool],
     ) -> None:
-        """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools and job submission."""
+        """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools, login and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
         # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
         munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: slurm_namespace}), opts=child(self))
@@ -155,6 +156,12 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
                 opts=child(self, depends_on=[node_pools[pool.name]]),
+            )
+        if config.slurm.login.enabled:
+            Login(
+                f"{name}-login",
+                LoginArgs(config, slurm_namespace, slurm_config.config_map_name, munge.secret_names[SLURM], storage.claim_names[SLURM]),
+                opts=child(self, depends_on=[slurm_config]),
             )
         if config.submission.enabled:
             minter = TokenMinter(
