@@ -20,16 +20,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from components.common import (
+from dualsched.components.common import (
     child, claim_volume, config_map_volume, control_daemon_placement, empty_dir, labels, locked_down, meta, mount,
     requirements, tcp_probe,
 )
-from components.compute import SHARED_MOUNT
-from components.identity import group_file, identity_mounts, identity_volume, passwd_file
-from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from components.slurm_config import CONFIG_DIR
-from components.slurm_files import config_hash
-from config.models import NOBODY_UID, LoginServiceType, StackConfig
+from dualsched.components.compute import SHARED_MOUNT
+from dualsched.components.identity import group_file, identity_mounts, identity_volume, passwd_file
+from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from dualsched.components.slurm_config import CONFIG_DIR
+from dualsched.components.slurm_files import config_hash
+from dualsched.config.models import NOBODY_UID, LoginServiceType, StackConfig
 
 LOGIN = "login"
 SERVICE_NAME = "login"

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Callable, Mapping
 from pydantic import AfterValidator, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from config.quantities import parse_quantity
+from dualsched.config.quantities import parse_quantity
 
 
 def _pattern(text: str) -> re.Pattern[str]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.render import render_config, write_render
-from config import load_stack_file
+from dualsched.components.render import render_config, write_render
+from dualsched.config import load_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIPS_FILE = ROOT / "checkov-skips.yaml"

@@ -18,9 +18,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
-from config.checks import Problem
-from config.models import PoolMode, Taint, TaintEffect
+from dualsched.config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
+from dualsched.config.checks import Problem
+from dualsched.config.models import PoolMode, Taint, TaintEffect
 from tests.conftest import ROOT, raw_stack, stack_file
 
 SLURM_TAINT = "dualsched.io/slurm"
@@ -738,7 +738,7 @@ def test_an_offline_problem_of_a_stack_with_esc_environments_says_what_was_not_r
 
 
 def test_the_render_of_a_stack_with_esc_environments_says_it_did_not_open_them(tmp_path, dev_raw, capsys):
-    from components import render
+    from dualsched.components import render
 
     path = tmp_path / "Pulumi.esc.yaml"
     path.write_text(yaml.safe_dump({"environment": ["org/dev-creds"],
@@ -800,7 +800,7 @@ def test_an_encrypted_value_under_a_config_key_stays_a_placeholder(tmp_path, pro
 
 
 def test_engine_settings_are_the_whole_config_as_text_with_its_secret_keys(tmp_path):
-    from config.loader import engine_settings, read_stack_document
+    from dualsched.config.loader import engine_settings, read_stack_document
 
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(yaml.safe_dump({"config": {

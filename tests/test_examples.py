@@ -16,12 +16,12 @@ from typing import Any, Mapping
 import pytest
 import yaml
 
-from components import render as render_module
-from components.program import build
-from components.render import Render, RenderedObject, render_config
-from config import ConfigError, ConfigKey, load_stack_file, parse_stack_config
-from examples.own_program import slurm_only
-from examples.sbatch_job import TRAINING_SCRIPT, job_identity, program, submit_training_job
+from dualsched.components import render as render_module
+from dualsched.components.program import build
+from dualsched.components.render import Render, RenderedObject, render_config
+from dualsched.config import ConfigError, ConfigKey, load_stack_file, parse_stack_config
+from dualsched.examples.own_program import slurm_only
+from dualsched.examples.sbatch_job import TRAINING_SCRIPT, job_identity, program, submit_training_job
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def test_the_readme_lists_every_example():
 def _run_readme_command(command: str, out: Path, monkeypatch) -> Render:
     """The row's command, in-process from the repository root, keeping the Render it made."""
     argv = shlex.split(command)
-    assert argv[:3] == ["python", "-m", "components.render"]
+    assert argv[:3] == ["python", "-m", "dualsched.components.render"]
     renders = []
     original = render_module.render_config
 

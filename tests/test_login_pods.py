@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from components.login import (
+from dualsched.components.login import (
     CONFIG_HASH_ANNOTATION, HOST_KEY_DIR, HOST_KEY_FILE, KEYS_DIR, P256_ORDER, SMALLEST_KEY, SSHD_CAPABILITIES, SSHD_PORT, ecdsa_host_key,
 )
-from config import ConfigError, parse_stack_config
-from policy import offline
+from dualsched.config import ConfigError, parse_stack_config
+from dualsched.policy import offline
 from rendering import container, mounts, pod_spec, raw_stack, render_raw, volume
 from test_posture import PROPERTIES
 

@@ -22,10 +22,10 @@ from typing import Any, Callable, Optional
 import pytest
 import yaml
 
-from components.node_keeper import KEEPER, STATE_FILE
-from config import StackConfig, load_stack_file, parse_stack_config
-from policy import offline
-from policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
+from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.config import StackConfig, load_stack_file, parse_stack_config
+from dualsched.policy import offline
+from dualsched.policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent

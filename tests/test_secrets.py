@@ -32,10 +32,10 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-import components.render as render_module
-from components.render import REDACTED, SECRET_SIGNATURE, plain
-from config import ConfigError, load_pulumi_config, load_stack_file, parse_stack_config
-from config.types import ENCRYPTED_PLACEHOLDER, SecretText
+import dualsched.components.render as render_module
+from dualsched.components.render import REDACTED, SECRET_SIGNATURE, plain
+from dualsched.config import ConfigError, load_pulumi_config, load_stack_file, parse_stack_config
+from dualsched.config.types import ENCRYPTED_PLACEHOLDER, SecretText
 from rendering import render_raw, walk
 from tests.conftest import ROOT, raw_stack
 
@@ -55,7 +55,7 @@ def needles(secrets: list[str]) -> set[str]:
 
 @pytest.fixture(scope="module", params=STACKS)
 def cli_render(request, tmp_path_factory):
-    """Run `python -m components.render --stack <s> --out <dir>` in-process; keep the Render it made."""
+    """Run `python -m dualsched.components.render --stack <s> --out <dir>` in-process; keep the Render it made."""
     stack = request.param
     out = tmp_path_factory.mktemp(f"render-{stack}")
     captured = {}
@@ -228,7 +228,7 @@ def test_an_invalid_password_is_reported_without_its_value():
 def test_a_model_built_directly_quotes_no_secret_in_pydantic_errors():
     from pydantic import ValidationError
 
-    from config.models import StackConfig
+    from dualsched.config.models import StackConfig
 
     bad = "two words " + PASSWORD
     with pytest.raises(ValidationError) as caught:
