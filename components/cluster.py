@@ -12,6 +12,7 @@ from dualsched.components.compute import ComputePool, ComputePoolArgs
 from dualsched.components.controller import SlurmController, SlurmControllerArgs
 from dualsched.components.identity import UserDirectory, UserDirectoryArgs
 from dualsched.components.inference import InferenceNamespace, ModelServer, ModelServerArgs
+from dualsched.components.login import Login, LoginArgs
 from dualsched.components.metrics import SlurmMetrics, SlurmMetricsArgs
 from dualsched.components.munge import MungeKey, MungeKeyArgs
 from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs, node_keeper_policies
@@ -107,7 +108,8 @@ class DualScheduledCluster(pulumi.ComponentResource):
         storage: SharedStorageVolumes,
         keeper: NodeKeeper,
     ) -> None:
-        """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools and job submission."""
+        """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools, login and job
+        submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
         # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
         munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: slurm_namespace}), opts=child(self))
@@ -156,6 +158,12 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
                 opts=child(self, depends_on=[keeper]),
+            )
+        if config.slurm.login.enabled:
+            Login(
+                f"{name}-login",
+                LoginArgs(config, slurm_namespace, slurm_config.config_map_name, munge.secret_names[SLURM], storage.claim_names[SLURM]),
+                opts=child(self, depends_on=[slurm_config]),
             )
         if config.submission.enabled:
             minter = TokenMinter(

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import child, labels, meta, resource_list, stateful
+from dualsched.components.login import LOGIN, SSHD_PORT
 from dualsched.components.node_keeper import KEEPER
 from dualsched.components.slurmrestd import RESTD, RESTD_PORT
 from dualsched.components.tokens import MINTER, MINTER_PORT
@@ -104,8 +105,8 @@ def node_keeper_policies(config: StackConfig) -> dict[str, Spec]:
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
-    """slurmctld (and its metrics exporter), slurmdbd, MariaDB, the node keeper, and (with submission) slurmrestd
-    and the token minter.
+    """slurmctld (and its metrics exporter), slurmdbd, MariaDB, the node keeper, (with submission) slurmrestd
+    and the token minter, and (with login) the login pods.
 
     slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
     connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
@@ -116,7 +117,9 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
     # slurmd and client commands on the nodes; the backup controller; slurmdbd's updates; slurmrestd's
     # calls; and sbatch in the submission namespace's Jobs (authenticated by their tokens)
     submitters = [_pods(RESTD), _namespace(config.submission.namespace)] if submission else []
-    controller_clients = [*nodes, _pods("slurmctld"), *([_pods("slurmdbd")] if accounting else []), *submitters]
+    login = slurm.login.enabled
+    logins = [_pods(LOGIN)] if login else []
+    controller_clients = [*nodes, _pods("slurmctld"), *([_pods("slurmdbd")] if accounting else []), *submitters, *logins]
     policies = {
         **baseline_policies(),
         "slurmctld": _allow(
@@ -136,13 +139,21 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
     if accounting:
         policies["slurmdbd"] = _allow(
             "slurmdbd",
-            # slurmctld registers and sends job records; sacct and sacctmgr on the nodes query it
-            ingress=([_pods("slurmctld"), *nodes], SLURMDBD_PORT),
+            # slurmctld registers and sends job records; sacct and sacctmgr on the nodes and login pods query it
+            ingress=([_pods("slurmctld"), *nodes, *logins], SLURMDBD_PORT),
             # an external database's address is not in the config: any address, port 3306 only
             egress=[([_pods("mariadb")] if in_cluster_db else None, MYSQL_PORT), ([_pods("slurmctld")], SLURMCTLD_PORT)],
         )
     if in_cluster_db:
         policies["mariadb"] = _allow("mariadb", ingress=([_pods("slurmdbd")], MYSQL_PORT))
+    if login:
+        # users' ssh from clientCidrs; their client commands call slurmctld (and slurmdbd: sacct). srun and
+        # salloc would need slurmd to call back, which nothing allows: batch jobs only.
+        policies[LOGIN] = _allow(
+            LOGIN,
+            ingress=(_addresses(slurm.login.client_cidrs), SSHD_PORT),
+            egress=[([_pods("slurmctld")], SLURMCTLD_PORT), *([([_pods("slurmdbd")], SLURMDBD_PORT)] if accounting else [])],
+        )
     if submission:
         jobs = _namespace(config.submission.namespace)
         policies[RESTD] = _allow(

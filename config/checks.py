@@ -466,6 +466,19 @@ def identities_map_known_users(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"submission.identities[{index}].serviceAccount", "is mapped more than once", identity.service_account)
 
 
+@_with("slurm")
+def login_users_are_known(config: StackConfig) -> Iterator[Problem]:
+    login = config.slurm.login
+    if login.enabled and not login.users:
+        yield Problem("slurm.login.users", "an enabled login needs at least one user with keys: nobody could log in", [])
+    users, listed = {user.name for user in config.slurm.users}, _duplicates([user.name for user in login.users])
+    for index, user in enumerate(login.users):
+        if user.name not in users:
+            yield Problem(f"slurm.login.users[{index}].name", "is not one of slurm.users", user.name)
+        elif user.name in listed:
+            yield Problem(f"slurm.login.users[{index}].name", "is listed more than once (give one entry all its keys)", user.name)
+
+
 def slurm_needs_network(config: StackConfig) -> Iterator[Problem]:
     """slurmd runs on the host network: the Slurm namespace's NetworkPolicies admit it by address."""
     if config.slurm is not None and config.network is None:
@@ -700,6 +713,7 @@ CHECKS: tuple[Check, ...] = (
     slurmd_memory_adds_up,
     identities_map_known_users,
     users_are_distinct,
+    login_users_are_known,
     slurm_needs_network,
     metrics_parts_need_exporter,
     submission_needs_slurm,

@@ -41,6 +41,7 @@ from dualsched.config.types import (
     RelativePath,
     SlurmTime,
     SqlName,
+    SshPublicKey,
     StoragePassword,
     TimeOfDay,
 )
@@ -214,6 +215,8 @@ class Images(Model):
     """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
     python: ImageRef = "docker.io/library/python:3.13.9-slim-bookworm"
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
+    login: ImageRef = "ghcr.io/slinkyproject/login:25.05-ubuntu24.04"
+    """Login pod image: OpenSSH's sshd and the Slurm client commands (munged runs beside it from the slurmd image)."""
 
 
 class Placement(Model):
@@ -613,6 +616,42 @@ class SlurmMetrics(Model):
     service_monitor_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_ITEMS)
     """Labels of the ServiceMonitor, for the Prometheus resource's serviceMonitorSelector (for
     kube-prometheus-stack: ``release: <its release name>``)."""
+class LoginServiceType(str, Enum):
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+
+
+class LoginUser(Model):
+    """A user of slurm.users who may log in to the login pods, and the public keys that let them."""
+
+    name: PosixName
+    """One of slurm.users: the login shell runs as that user's uid, as its jobs do."""
+    authorized_keys: tuple[SshPublicKey, ...] = Field(min_length=1, max_length=64)
+    """OpenSSH public key lines (the contents of ``id_ed25519.pub``). Public keys are not secret: they
+    stay in the stack config."""
+
+
+class Login(Model):
+    """Login pods users reach with ssh: sshd with the Slurm client commands, /shared and the users of
+    slurm.users, keys only (no passwords, no root)."""
+
+    enabled: bool = False
+    """Run the login Deployment, its Service and its NetworkPolicy."""
+    replicas: int = Field(1, ge=1, le=16)
+    """Login pods; they share one host key, so any of them answers as the same host."""
+    service_type: LoginServiceType = LoginServiceType.CLUSTER_IP
+    """How users reach sshd: ClusterIP (from inside the cluster or a port-forward), NodePort or LoadBalancer."""
+    port: int = Field(22, ge=1, le=65535)
+    """The Service's ssh port (the pods listen on 2222)."""
+    client_cidrs: tuple[Cidr, ...] = Field(("0.0.0.0/0",), min_length=1, max_length=MAX_ITEMS)
+    """Addresses allowed to reach sshd (the NetworkPolicy's ingress); add '::/0' on dual-stack clusters."""
+    users: tuple[LoginUser, ...] = Field((), max_length=4096)
+    """Who may log in, with their keys. Users of slurm.users not listed here cannot."""
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="100m", memory="256Mi"), limits=ResourceList(cpu="2", memory="4Gi")
+    )
+    """The login container's requests and limits: every user's shell and client commands share them."""
 
 
 class Slurm(Model):
@@ -648,6 +687,8 @@ class Slurm(Model):
     associations, limits and QOS: a user in no account runs no job."""
     metrics: SlurmMetrics = SlurmMetrics()
     """Slurm metrics for Prometheus."""
+    login: Login = Login()
+    """Login pods reached with ssh (off by default)."""
 
 
 # --------------------------------------------------------------------------- storage

@@ -18,6 +18,8 @@ How the checks stay safe on any input:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from decimal import Decimal
@@ -150,6 +152,43 @@ def _is_cidr(value: str) -> bool:
         return False
 
 
+# The key types OpenSSH 9 accepts in authorized_keys (sshd -T pubkeyacceptedalgorithms names their algorithms).
+SSH_KEY_TYPES = frozenset({
+    "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com",
+})
+_SSH_KEY_COMMENT = _pattern(r"[ -~]*")
+
+
+def _ssh_strings(blob: bytes) -> list[bytes]:
+    """A key's encoding split into its length-prefixed fields (RFC 4251 string and mpint); [] when
+    the lengths do not add up to the whole blob."""
+    fields = []
+    while blob:
+        length = int.from_bytes(blob[:4], "big")
+        if len(blob) < 4 + length:
+            return []
+        fields.append(blob[4 : 4 + length])
+        blob = blob[4 + length :]
+    return fields
+
+
+def _is_ssh_public_key(value: str) -> bool:
+    """One public key as ssh-keygen writes it: type, base64 key, optional comment; no options such as
+    ``command=``. The key's encoding is its type and its fields, each prefixed by its length (RFC 4253
+    6.6), so a key whose type was edited, or one cut short when pasted, is refused here rather than
+    ignored by sshd."""
+    key_type, _, rest = value.partition(" ")
+    blob_text, _, comment = rest.partition(" ")
+    if key_type not in SSH_KEY_TYPES or not _SSH_KEY_COMMENT.fullmatch(comment):
+        return False
+    try:
+        fields = _ssh_strings(base64.b64decode(blob_text, validate=True))
+    except binascii.Error:
+        return False
+    return len(fields) >= 2 and fields[0] == key_type.encode()
+
+
 def _quantity_in_range(value: str) -> bool:
     return bool(_QUANTITY.fullmatch(value)) and parse_quantity(value) <= _QUANTITY_MAX
 
@@ -237,6 +276,12 @@ HostName = Annotated[str, _valid(_is_host, "must be a host name or an IP address
 Cidr = Annotated[str, _valid(_is_cidr, "must be an IP network such as '10.0.0.0/16' or 'fd00::/64', nothing set past the prefix", 43)]
 PosixName = Annotated[
     str, _matching(_POSIX_NAME, "must be a POSIX user name: lower-case letters, digits, '_' and '-', at most 32 characters", 32)
+]
+# 16384: an RSA key of 16384 bits (ssh-keygen's largest) is about 2.8k characters, with room for a comment.
+SshPublicKey = Annotated[
+    str,
+    _valid(_is_ssh_public_key, "must be one OpenSSH public key line such as 'ssh-ed25519 AAAAC3Nza... user@host' "
+           "(the contents of a .pub file, without options)", 16384),
 ]
 SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters", 64)]
 DnsSubdomain = Annotated[str, _valid(is_dns_subdomain, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]

@@ -43,6 +43,8 @@ class Images(TypedDict):
     """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
     python: NotRequired[pulumi.Input[str]]
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
+    login: NotRequired[pulumi.Input[str]]
+    """Login pod image: OpenSSH's sshd and the Slurm client commands (munged runs beside it from the slurmd image)."""
 
 
 class ResourceList(TypedDict):
@@ -256,6 +258,36 @@ installed: the API server refuses the object otherwise, and a preview cannot tel
 kube-prometheus-stack: ``release: <its release name>``)."""
 
 
+class LoginUser(TypedDict):
+    """A user of slurm.users who may log in to the login pods, and the public keys that let them."""
+
+    name: pulumi.Input[str]
+    """One of slurm.users: the login shell runs as that user's uid, as its jobs do."""
+    authorized_keys: pulumi.Input[list[str]]
+    """OpenSSH public key lines (the contents of ``id_ed25519.pub``). Public keys are not secret: they
+stay in the stack config."""
+
+
+class Login(TypedDict):
+    """Login pods users reach with ssh: sshd with the Slurm client commands, /shared and the users of
+    slurm.users, keys only (no passwords, no root)."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Run the login Deployment, its Service and its NetworkPolicy."""
+    replicas: NotRequired[pulumi.Input[int]]
+    """Login pods; they share one host key, so any of them answers as the same host."""
+    service_type: NotRequired[pulumi.Input[str]]
+    """How users reach sshd: ClusterIP (from inside the cluster or a port-forward), NodePort or LoadBalancer. One of: 'ClusterIP', 'NodePort', 'LoadBalancer'."""
+    port: NotRequired[pulumi.Input[int]]
+    """The Service's ssh port (the pods listen on 2222)."""
+    client_cidrs: NotRequired[pulumi.Input[list[str]]]
+    """Addresses allowed to reach sshd (the NetworkPolicy's ingress); add '::/0' on dual-stack clusters."""
+    users: NotRequired[pulumi.Input[list[LoginUser]]]
+    """Who may log in, with their keys. Users of slurm.users not listed here cannot."""
+    resources: NotRequired[pulumi.Input[Resources]]
+    """The login container's requests and limits: every user's shell and client commands share them."""
+
+
 class Slurm(TypedDict):
     """The Slurm cluster."""
 
@@ -289,6 +321,8 @@ no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 2
 associations, limits and QOS: a user in no account runs no job."""
     metrics: NotRequired[pulumi.Input[SlurmMetrics]]
     """Slurm metrics for Prometheus."""
+    login: NotRequired[pulumi.Input[Login]]
+    """Login pods reached with ssh (off by default)."""
 
 
 class Taint(TypedDict):

@@ -169,6 +169,7 @@ def test_host_path_storage_is_accepted_in_dev(dev_raw):
 def test_users_default_to_none_and_gid_to_the_uid(dev_raw):
     del dev_raw["slurm"]["users"]
     del dev_raw["submission"]  # its identities name a user
+    del dev_raw["slurm"]["login"]  # and so do its login users
     assert parse_stack_config(dev_raw).slurm.users == ()
     dev_raw["slurm"]["users"] = [{"name": "alice", "uid": 2001}, {"name": "bob_2", "uid": 2002, "gid": 3000}]
     users = parse_stack_config(dev_raw).slurm.users

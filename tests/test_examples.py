@@ -262,6 +262,7 @@ def test_own_program_on_a_stack_without_its_key_stops_with_pulumis_message(tmp_p
 def _config_with_identities(*identities, users=({"name": "alice", "uid": 2001},)):
     raw = raw_stack("dev")
     raw["slurm"]["users"] = list(users)
+    raw["slurm"]["login"] = {"enabled": False}  # dev's names alice
     raw["submission"] = {"identities": list(identities)}
     return parse_stack_config(raw)
 

@@ -76,15 +76,17 @@ def test_no_policy_admits_any_source_or_opens_every_port(stack):
 def test_slurmctld_accepts_submitters_slurmdbd_its_backup_and_the_nodes_only():
     spec = policies(render_stack("dev"), SLURM_NS)["slurmctld"]
     assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "slurmctld"}
-    # submitters: slurmrestd, and sbatch in the submission namespace's Jobs (with a token, no munge)
-    assert rules(spec, "ingress") == {6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:slurmdbd", "pods:slurmctld", "ip:10.0.0.0/24"}}
+    # submitters: slurmrestd, sbatch in the submission namespace's Jobs (with a token, no munge), the login pods
+    assert rules(spec, "ingress") == {
+        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmdbd", "pods:slurmctld", "ip:10.0.0.0/24"}
+    }
     # slurmd (6818) on the host network of the nodes, the backup controller, slurmdbd
     assert rules(spec, "egress") == {6818: {"ip:10.0.0.0/24"}, 6817: {"pods:slurmctld"}, 6819: {"pods:slurmdbd"}}
 
 
-def test_slurmdbd_accepts_slurmctld_and_the_nodes_only():
+def test_slurmdbd_accepts_slurmctld_the_nodes_and_the_login_pods_only():
     spec = policies(render_stack("dev"), SLURM_NS)["slurmdbd"]
-    assert rules(spec, "ingress") == {6819: {"pods:slurmctld", "ip:10.0.0.0/24"}}
+    assert rules(spec, "ingress") == {6819: {"pods:slurmctld", "ip:10.0.0.0/24", "pods:login"}}
     assert rules(spec, "egress") == {3306: {"pods:mariadb"}, 6817: {"pods:slurmctld"}}
 
 
@@ -161,8 +163,11 @@ def test_node_cidrs_are_every_block_the_nodes_get():
 def test_accounting_disabled_drops_the_slurmdbd_and_mariadb_rules():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"]["accounting"].update(enabled=False)))
     specs = policies(rendered, SLURM_NS)
-    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter", "node-keeper"}
-    assert rules(specs["slurmctld"], "ingress") == {6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:slurmctld", "ip:10.0.0.0/24"}}
+    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter", "node-keeper", "login"}
+    assert rules(specs["slurmctld"], "ingress") == {
+        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmctld", "ip:10.0.0.0/24"}
+    }
+    assert rules(specs["login"], "egress") == {6817: {"pods:slurmctld"}}
 
 
 def test_submission_disabled_drops_its_namespace_and_the_slurm_services_rules():

@@ -331,6 +331,7 @@ def test_a_user_named_like_a_secret_is_not_secret_material():
     raw = raw_stack("dev")
     raw["slurm"]["users"] = [{"name": "compass", "uid": 3000}]
     raw["submission"]["identities"] = [{"serviceAccount": "trainer", "user": "compass"}]
+    raw["slurm"]["login"]["users"][0]["name"] = "compass"
     config = parse_stack_config(raw, "test")
     assert offline.check(config) == []
 

@@ -67,6 +67,9 @@ ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
         "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
         "seccomp RuntimeDefault": "jobs run arbitrary user programs (MPI, container runtimes) the default profile may refuse",
     },
+    ("Deployment", "*-login-*", "login"): {
+        "non-root": "sshd becomes the user who logs in; it keeps only the capabilities for that (components/login.py)",
+    },
     ("*", "*", "munged"): {
         "non-root": "munged refuses a key file it does not own and Secret volume files belong to root; it keeps no capability",
     },

@@ -80,8 +80,8 @@ def cli_render(request, tmp_path_factory):
 def test_the_program_generated_secrets_and_used_them(cli_render):
     """Guards against a vacuous scan: the values exist and reached the Secret objects in memory."""
     stack, render, _, _ = cli_render
-    # munge and JWT keys (base64 + hex each), and dev's in-cluster DB password
-    expected = 5 if stack == "dev" else 4
+    # munge and JWT keys (base64 + hex each), and dev's in-cluster DB password and login host key seed (base64 + hex)
+    expected = 7 if stack == "dev" else 4
     assert len(render.generated_secrets) == expected
     secret_values = " ".join(
         str(value) for obj in render.by_kind("Secret") for key in ("data", "stringData") for value in (obj.manifest.get(key) or {}).values()

@@ -12,6 +12,7 @@
 #
 #   dualsched.local/slurm:22.05        slurmctld slurmd slurmdbd slurmrestd slurm-client munge, auth/jwt (no keys)
 #   dualsched.local/slurm:26.05        the same from Debian forky (DUALSCHED_SLURM_SUITE=forky; trixie: :24.11)
+#   dualsched.local/login:22.05        openssh-server slurm-client munge, auth/jwt: the login pod (no host keys, no munge key)
 #   dualsched.local/mariadb:10.11      mariadb-server mariadb-client (empty /var/lib/mysql)
 #   dualsched.local/vllm-standin:1     python3 + tools/images/vllm_standin.py as /usr/local/bin/vllm
 #   dualsched.local/python:3.11        python3 alone: the token minter and the Jobs' token sidecar
@@ -36,7 +37,7 @@
 #   tools/images.sh build  [IMAGE...]                      build missing archives, print their paths
 #   tools/images.sh import [--address SOCK] [IMAGE...]     build if needed, import into SOCK's k8s.io namespace
 #   tools/images.sh list   [IMAGE...]                      name, archive path, size
-#   IMAGE: slurm mariadb vllm-standin python pause (default: all)
+#   IMAGE: slurm login mariadb vllm-standin python pause (default: all)
 # Env: DUALSCHED_TOOLS_CACHE, DUALSCHED_IMAGES_FORCE=1 (rebuild), DUALSCHED_IMAGES_MIRROR
 #      (an mmdebstrap MIRROR argument, e.g. a URL or a sources file; default: mmdebstrap's
 #      deb.debian.org + bookworm-updates + bookworm-security), CONTAINERD_ADDRESS
@@ -58,7 +59,7 @@ SLURM_SUITE="${DUALSCHED_SLURM_SUITE:-bookworm}"
 declare -A SLURM_TAGS=([bookworm]=22.05 [trixie]=24.11 [forky]=26.05)
 FORCE="${DUALSCHED_IMAGES_FORCE:-0}"
 MIRROR="${DUALSCHED_IMAGES_MIRROR:-}"
-ALL_IMAGES=(slurm mariadb vllm-standin python pause)
+ALL_IMAGES=(slurm login mariadb vllm-standin python pause)
 
 # Options of every mmdebstrap run (part of the cache key): no Recommends, no man pages,
 # info or translations, documentation reduced to the copyright files.
@@ -89,6 +90,16 @@ recipe() {
  "require": ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/slurmdbd", "/usr/sbin/slurmrestd",
              "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so", "/usr/bin/sbatch",
              "/usr/bin/scontrol", "/usr/bin/sinfo", "/usr/bin/sacct", "/usr/bin/sacctmgr", "/bin/sh", "/usr/sbin/mungekey", "/usr/bin/munge", "/usr/bin/unmunge", "/bin/mount"],
+ "entrypoint": null, "cmd": ["/bin/sh"]}
+EOF
+    ;;
+    login) cat <<'EOF'
+{"ref": "dualsched.local/login:22.05", "variant": "essential",
+ "packages": ["openssh-server", "slurm-client", "slurm-wlm-jwt-plugin", "munge", "procps", "bash", "coreutils"],
+ "drop": ["etc/munge/munge.key", "etc/ssh/ssh_host_*"],
+ "require": ["/usr/sbin/sshd", "/usr/sbin/munged", "/usr/bin/sbatch", "/usr/bin/sinfo", "/usr/bin/squeue", "/usr/bin/sacct",
+             "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_munge.so", "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so",
+             "/usr/bin/cat", "/usr/bin/id", "/bin/sh", "/bin/bash"],
  "entrypoint": null, "cmd": ["/bin/sh"]}
 EOF
     ;;

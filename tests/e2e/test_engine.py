@@ -138,16 +138,18 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     # Kubernetes objects and components: per type, the same as the render
     expected = Counter(r.type for r in render.registrations if not r.type.startswith(("pulumi:", "random:")))
     assert Counter(m.type for m in steps if not m.type.startswith(("pulumi:", "random:"))) == expected
-    # the generated secrets (the render records their values: munge and JWT keys base64 + hex, DB password)
+    # the generated secrets (the render records their values: munge and JWT keys and the login host key's
+    # seed base64 + hex, DB password)
     assert Counter(m.type for m in steps if m.type.startswith("random:")) == {
-        "random:index/randomBytes:RandomBytes": 2, "random:index/randomPassword:RandomPassword": 1,
+        "random:index/randomBytes:RandomBytes": 3, "random:index/randomPassword:RandomPassword": 1,
         "random:index/randomId:RandomId": 1}  # the ClusterName lock
-    assert len(render.generated_secrets) == 5
+    assert len(render.generated_secrets) == 7
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
-    # with the token minter, slurmrestd, the node keeper and every namespace's NetworkPolicies; no munge key or claim for Jobs
-    assert sum(1 for obj in render.objects) == 57  # no object per node: the keeper labels the nodes
+    # with the token minter, slurmrestd, the node keeper, the login pods and every namespace's NetworkPolicies; no munge
+    # key or claim for Jobs; no object per node: the keeper labels the nodes
+    assert sum(1 for obj in render.objects) == 62
 
 
 def test_up_succeeds(dev: Deployed):
