@@ -12,7 +12,8 @@ import pulumi_kubernetes as k8s
 from components.common import GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for
 from components.identity import identity_mounts, identity_volume, users_annotation
 from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from components.slurm_files import Site
+from components.programs import source
+from components.slurm_files import HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, Site, render_health_settings
 from config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
@@ -127,6 +128,22 @@ def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
     )
 
 
+HEALTH_VOLUME = "health"
+
+
+def health_config_map_name(pool: NodePool) -> str:
+    """A fixed name, mounted as a directory: a changed check reaches slurmd in place and never restarts it."""
+    return f"slurmd-health-{pool.name}"
+
+
+def health_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
+    # slurmd execs the program directly (HealthCheckProgram): it needs the execute bit.
+    return k8s.core.v1.VolumeArgs(
+        name=HEALTH_VOLUME,
+        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=health_config_map_name(pool), default_mode=0o555),
+    )
+
+
 class ComputePool(pulumi.ComponentResource):
     """slurmd on every node of one pool, with the pool's GPU share and the shared file system.
 
@@ -140,6 +157,19 @@ class ComputePool(pulumi.ComponentResource):
         config, pool = args.config, args.pool
         selector = slurmd_selector(pool)
         pod_labels = {**selector, config.placement.pool_label: pool.name}
+        health = []
+        if config.slurm.health_check.enabled:
+            health.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-health",
+                    metadata=meta(name=health_config_map_name(pool), namespace=args.namespace, labels=pod_labels),
+                    data={
+                        HEALTH_PROGRAM: source(HEALTH_PROGRAM),
+                        HEALTH_SETTINGS_FILE: render_health_settings(config, pool, args.site),
+                    },
+                    opts=child(self),
+                )
+            )
         daemonset = k8s.apps.v1.DaemonSet(
             name,
             # pulumi-kubernetes awaits a DaemonSet until every pod runs the new template, which
@@ -154,7 +184,7 @@ class ComputePool(pulumi.ComponentResource):
                     spec=self._pod_spec(args),
                 ),
             ),
-            opts=child(self),
+            opts=child(self, depends_on=health),
         )
         self.daemonset_name = daemonset.metadata.name
         self.register_outputs({"daemonset_name": self.daemonset_name})
@@ -163,6 +193,7 @@ class ComputePool(pulumi.ComponentResource):
     def _pod_spec(args: ComputePoolArgs) -> k8s.core.v1.PodSpecArgs:
         config, pool, site = args.config, args.pool, args.site
         resources = slurmd_resources(pool)
+        health_check = config.slurm.health_check.enabled
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
@@ -198,6 +229,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
+                        *([mount(HEALTH_VOLUME, site.health_check_dir, read_only=True)] if health_check else []),
                     ],
                 )
             ],
@@ -208,5 +240,6 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
+                *([health_volume(pool)] if health_check else []),
             ],
         )

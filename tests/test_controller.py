@@ -13,8 +13,8 @@ import pytest
 
 from components.identity import users_annotation
 from components.controller import (
-    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP,
-    WINDOW_RESERVATIONS,
+    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
+    RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS,
 )
 from components.identity import SLURM_UID
 from components.programs import source
@@ -201,7 +201,8 @@ def test_a_cgroup_change_rolls_the_controller():
 def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
-    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure"]
+    watch = rendered.config.slurm.health_check.drain_cordoned  # prod: the cordon watcher (tests/test_health.py)
+    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *(["cordon-watch"] if watch else [])]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
     assert reconfigure["command"] == ["sh", "-c", RECONFIGURE_LOOP]
@@ -213,7 +214,9 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert found["/etc/passwd"]["name"] == found["/etc/group"]["name"] == "identity"
     assert found["/opt/dualsched"] == {"name": "programs", "mountPath": "/opt/dualsched", "readOnly": True}
     # It never sees the state, the key or anything writable but the socket it connects to.
-    assert set(found) == {"/etc/slurm", "/opt/dualsched", "/run/munge", "/etc/passwd", "/etc/group"}
+    cordoned = {CORDON_DIR} if watch else set()
+    assert set(found) == {"/etc/slurm", "/opt/dualsched", "/run/munge", "/etc/passwd", "/etc/group", *cordoned}
+    assert all(found[path]["readOnly"] for path in cordoned)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -222,8 +225,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
     programs = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm")
-    assert programs.manifest["data"] == {
-        WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS), ACCOUNTING_STATE: source(ACCOUNTING_STATE),
+    assert {name: text for name, text in programs.manifest["data"].items() if name not in (CORDON_WATCH, CORDON_WATCH_NODES)} == {
+        WINDOW_RESERVATIONS: source(WINDOW_RESERVATIONS), ACCOUNTING_STATE: source(ACCOUNTING_STATE), CORDON_DRAIN: source(CORDON_DRAIN),
     }
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
     assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
