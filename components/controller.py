@@ -9,7 +9,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import (
+from dualsched.components.common import (
     bind_cluster_role,
     child,
     claim_volume,
@@ -25,15 +25,15 @@ from components.common import (
     stateful,
     tcp_probe,
 )
-from components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
-from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from components.programs import source
-from components.tokens import jwt_key_mount, jwt_key_volume
-from components.namespace import SLURMCTLD_PORT
-from components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
-from components.submission import PROGRAM_DIR
-from config.models import StackConfig
+from dualsched.components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
+from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from dualsched.components.programs import source
+from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
+from dualsched.components.namespace import SLURMCTLD_PORT
+from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
+from dualsched.components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
+from dualsched.components.submission import PROGRAM_DIR
+from dualsched.config.models import StackConfig
 
 CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 """On slurmctld's pod template: the hash of the slurm.conf settings only a restart applies."""

@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 import hostlist
 import jinja2
 
-from config.models import (
+from dualsched.config.models import (
     CgroupVersion, DatabaseMode, GpuAutoDetect, NodePool, PoolMode, PreemptType, StackConfig, TresLimit,
 )
 

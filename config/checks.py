@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from pydantic.alias_generators import to_camel
 
-from config.models import (
+from dualsched.config.models import (
     AccessMode,
     DatabaseMode,
     Environment,
@@ -30,8 +30,8 @@ from config.models import (
     PreemptType,
     QosPreemptMode,
 )
-from config.quantities import parse_quantity
-from config.types import image_is_pinned, is_dns_label
+from dualsched.config.quantities import parse_quantity
+from dualsched.config.types import image_is_pinned, is_dns_label
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The config reference, generated from the models so it cannot drift from them.
 
-    python -m config.reference            # prints the Markdown table
-    python -m config.reference README.md  # rewrites the table between the README's markers
+    python -m dualsched.config.reference            # prints the Markdown table
+    python -m dualsched.config.reference README.md  # rewrites the table between the README's markers
 
 Each row is one key as written in a stack file (``dualsched:<key>`` at the top
 level, then the ``--path`` below it), its type, its default and its description.
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from config.models import StackConfig
+from dualsched.config.models import StackConfig
 
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"

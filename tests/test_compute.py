@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from components.compute import GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources
-from config import parse_stack_config
+from dualsched.components.compute import GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources
+from dualsched.config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from components.identity import users_annotation
-from components.controller import (
+from dualsched.components.identity import users_annotation
+from dualsched.components.controller import (
     ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
     RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS,
 )
-from components.identity import SLURM_UID
-from components.programs import source
-from components.slurm_config import CONFIG_DIR
-from components.submission import PROGRAM_DIR
-from components.slurm_files import restart_hash
+from dualsched.components.identity import SLURM_UID
+from dualsched.components.programs import source
+from dualsched.components.slurm_config import CONFIG_DIR
+from dualsched.components.submission import PROGRAM_DIR
+from dualsched.components.slurm_files import restart_hash
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 

@@ -15,12 +15,12 @@ from typing import Any, Optional
 
 import pytest
 
-from components.compute import SHARED_MOUNT, health_config_map_name
-from components.controller import CORDON_DIR, CORDON_WATCH, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP, slurm_nodes
-from components.programs import cordon_watch
-from components.programs import source
-from components.slurm_files import HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, kubernetes_site, render_health_settings, render_slurm_files
-from config import ConfigError, parse_stack_config
+from dualsched.components.compute import SHARED_MOUNT, health_config_map_name
+from dualsched.components.controller import CORDON_DIR, CORDON_WATCH, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP, slurm_nodes
+from dualsched.components.programs import cordon_watch
+from dualsched.components.programs import source
+from dualsched.components.slurm_files import HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, kubernetes_site, render_health_settings, render_slurm_files
+from dualsched.config import ConfigError, parse_stack_config
 from rendering import container, mounts, pod_spec, render_stack, volume
 from test_namespace import policies, rules
 from tests.conftest import raw_stack

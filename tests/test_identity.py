@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.identity import (
+from dualsched.components.identity import (
     FILES,
     NOBODY_UID,
     SLURM_UID,
@@ -14,7 +14,7 @@ from components.identity import (
     identity_volume,
     passwd_file,
 )
-from config.models import SlurmUser
+from dualsched.config.models import SlurmUser
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 TOKEN = "dualsched:identity:UserDirectory"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.munge import (
+from dualsched.components.munge import (
     KEY_FILE,
     MUNGE_KEY_BYTES,
     MUNGED_START,
@@ -21,7 +21,7 @@ from components.munge import (
     munge_volumes,
     munged_sidecar,
 )
-from components.render import REDACTED, redacted
+from dualsched.components.render import REDACTED, redacted
 from rendering import container, mounts, pod_spec, render_stack, volume, walk
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from components.slurm_files import (
+from dualsched.components.slurm_files import (
     SLURM_FILES,
     RESTART_KEYS,
     compact_hostlist,
@@ -27,7 +27,7 @@ from components.slurm_files import (
     render_slurmdbd_conf,
     restart_hash,
 )
-from config import ConfigError, StackConfig, parse_stack_config
+from dualsched.config import ConfigError, StackConfig, parse_stack_config
 from tests.conftest import STACKS, raw_stack
 
 GOLDEN = Path(__file__).parent / "golden"

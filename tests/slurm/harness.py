@@ -36,16 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, TypeVar
 
-from components.compute import conf_servers
-from components.munge import MUNGE_KEY_BYTES
-from components.programs import source
-from components.slurm_files import (
+from dualsched.components.compute import conf_servers
+from dualsched.components.munge import MUNGE_KEY_BYTES
+from dualsched.components.programs import source
+from dualsched.components.slurm_files import (
     HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, JWT_KEY_FILE, ControllerHost, DatabaseEndpoint, Site, render_health_settings,
     render_slurm_files, render_slurmdbd_conf,
 )
-from components.tokens import JWT_KEY_BYTES
-from config.loader import parse_stack_config
-from config.models import StackConfig
+from dualsched.components.tokens import JWT_KEY_BYTES
+from dualsched.config.loader import parse_stack_config
+from dualsched.config.models import StackConfig
 
 T = TypeVar("T")
 
