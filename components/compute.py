@@ -14,7 +14,10 @@ from dualsched.components.common import (
 )
 from dualsched.components.identity import identity_mounts, identity_volume, users_annotation
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from dualsched.components.slurm_files import ENROOT_CONF, Site, render_enroot_conf
+from dualsched.components.programs import source
+from dualsched.components.slurm_files import (
+    ENROOT_CONF, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, Site, render_enroot_conf, render_health_settings,
+)
 from dualsched.config.models import CgroupVersion, NodePool, PoolContainers, PoolMode, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
@@ -178,6 +181,22 @@ def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
     )
 
 
+HEALTH_VOLUME = "health"
+
+
+def health_config_map_name(pool: NodePool) -> str:
+    """A fixed name, mounted as a directory: a changed check reaches slurmd in place and never restarts it."""
+    return f"slurmd-health-{pool.name}"
+
+
+def health_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
+    # slurmd execs the program directly (HealthCheckProgram): it needs the execute bit.
+    return k8s.core.v1.VolumeArgs(
+        name=HEALTH_VOLUME,
+        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=health_config_map_name(pool), default_mode=0o555),
+    )
+
+
 class ComputePool(pulumi.ComponentResource):
     """slurmd on every node of one pool, with the pool's GPU share and the shared file system.
 
@@ -199,6 +218,19 @@ class ComputePool(pulumi.ComponentResource):
                 data={ENROOT_CONF: render_enroot_conf(pool.containers)},
                 opts=child(self),
             ).metadata.name
+        health = []
+        if config.slurm.health_check.enabled:
+            health.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-health",
+                    metadata=meta(name=health_config_map_name(pool), namespace=args.namespace, labels=pod_labels),
+                    data={
+                        HEALTH_PROGRAM: source(HEALTH_PROGRAM),
+                        HEALTH_SETTINGS_FILE: render_health_settings(config, pool, args.site),
+                    },
+                    opts=child(self),
+                )
+            )
         daemonset = k8s.apps.v1.DaemonSet(
             name,
             # pulumi-kubernetes awaits a DaemonSet until every pod runs the new template, which
@@ -213,7 +245,7 @@ class ComputePool(pulumi.ComponentResource):
                     spec=self._pod_spec(args, enroot_config_map_name),
                 ),
             ),
-            opts=child(self),
+            opts=child(self, depends_on=health),
         )
         self.daemonset_name = daemonset.metadata.name
         self.register_outputs({"daemonset_name": self.daemonset_name})
@@ -224,6 +256,7 @@ class ComputePool(pulumi.ComponentResource):
         resources = slurmd_resources(pool)
         image = slurmd_image(config)
         containers = pool.containers
+        health_check = config.slurm.health_check.enabled
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
@@ -260,6 +293,7 @@ class ComputePool(pulumi.ComponentResource):
                         munge_socket_mount(),
                         *identity_mounts(),
                         *(enroot_mounts(containers) if containers else ()),
+                        *([mount(HEALTH_VOLUME, site.health_check_dir, read_only=True)] if health_check else []),
                     ],
                 )
             ],
@@ -271,5 +305,6 @@ class ComputePool(pulumi.ComponentResource):
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
                 *(enroot_volumes(containers, enroot_config_map_name) if containers else ()),
+                *([health_volume(pool)] if health_check else []),
             ],
         )

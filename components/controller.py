@@ -10,6 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import (
+    bind_cluster_role,
     child,
     claim_volume,
     config_map_volume,
@@ -40,6 +41,13 @@ CONFIG_HASH_ANNOTATION = "dualsched.io/slurm-restart-hash"
 RECONFIGURE_INTERVAL = 10
 WINDOW_RESERVATIONS = "window_reservations.sh"
 ACCOUNTING_STATE = "accounting_state.sh"
+CORDON_DRAIN = "cordon_drain.sh"
+CORDON_WATCH = "cordon_watch.py"
+CORDON_WATCH_NODES = "cordon-watch-nodes"
+"""In the programs ConfigMap: the Slurm pool nodes cordon_watch.py reads, one a line."""
+CORDON_DIR = "/run/dualsched-cordon"
+CORDONED_FILE = f"{CORDON_DIR}/cordoned"
+"""cordon_watch.py's list of cordoned pool nodes; cordon_drain.sh drains them. Absent without the watcher."""
 PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 
 # The kubelet swaps a changed ConfigMap into the mounted directory atomically; when the files
@@ -47,12 +55,14 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # Every round also makes the inference windows' reservations match their file (it prints nothing
 # when they do): at start, within a round of a change, and back within a round when one was
 # deleted by hand or slurmctld moved a window that began inside its hours. Likewise slurmdbd's QOS,
-# accounts and associations are made to match theirs (accounting_state.sh; nothing without accounting).
+# accounts and associations are made to match theirs (accounting_state.sh; nothing without accounting),
+# and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list).
 RECONFIGURE_LOOP = (
     f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
     "while :; do "
     f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
     f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
+    f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
     f"sleep {RECONFIGURE_INTERVAL}; "
     f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
     '[ "$now" = "$seen" ] && continue; '
@@ -90,6 +100,58 @@ def slurm_client(
     )
 
 
+CORDON_VOLUME = "cordon"
+NODE_READER_TOKEN = "node-reader-token"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def cordon_watch(image: str) -> k8s.core.v1.ContainerArgs:
+    """cordon_watch.py beside slurmctld: the only container of the pod with a ServiceAccount token,
+    which may get the pool nodes by name and nothing else."""
+    return k8s.core.v1.ContainerArgs(
+        name="cordon-watch",
+        image=image,
+        command=["python3", f"{PROGRAM_DIR}/{CORDON_WATCH}"],
+        env=[
+            k8s.core.v1.EnvVarArgs(name="WATCH_NODES_FILE", value=f"{PROGRAM_DIR}/{CORDON_WATCH_NODES}"),
+            k8s.core.v1.EnvVarArgs(name="WATCH_OUT_FILE", value=CORDONED_FILE),
+            k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
+        ],
+        # ready once a round has read every pool node; alive while it can read the nodes it watches
+        readiness_probe=exec_probe(["test", "-r", CORDONED_FILE], period=10),
+        liveness_probe=exec_probe(["test", "-r", f"{PROGRAM_DIR}/{CORDON_WATCH_NODES}"], period=30),
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "10m", "memory": "32Mi"}, limits={"cpu": "100m", "memory": "64Mi"}
+        ),
+        volume_mounts=[
+            mount("programs", PROGRAM_DIR, read_only=True),
+            mount(CORDON_VOLUME, CORDON_DIR),
+            mount(NODE_READER_TOKEN, SERVICE_ACCOUNT_DIR, read_only=True),
+        ],
+        security_context=locked_down(run_as_user=SLURM_UID),
+    )
+
+
+def node_reader_token_volume() -> k8s.core.v1.VolumeArgs:
+    """The pod's ServiceAccount token and the API server's CA, as the kubelet would automount them,
+    but mounted into the watcher alone: slurmctld and the Slurm clients get no token."""
+    return k8s.core.v1.VolumeArgs(
+        name=NODE_READER_TOKEN,
+        projected=k8s.core.v1.ProjectedVolumeSourceArgs(
+            sources=[
+                k8s.core.v1.VolumeProjectionArgs(
+                    service_account_token=k8s.core.v1.ServiceAccountTokenProjectionArgs(path="token", expiration_seconds=3600)
+                ),
+                k8s.core.v1.VolumeProjectionArgs(
+                    config_map=k8s.core.v1.ConfigMapProjectionArgs(
+                        name="kube-root-ca.crt", items=[k8s.core.v1.KeyToPathArgs(key="ca.crt", path="ca.crt")]
+                    )
+                ),
+            ]
+        ),
+    )
+
+
 def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
     """With no saved state, slurmctld exits unless slurmdbd answers ("no TRES from the database"): on
     a fresh cluster, wait for it here instead of crash-looping. With saved state slurmctld starts
@@ -107,7 +169,8 @@ def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
 def controller_programs(config: StackConfig) -> tuple[str, ...]:
     """The programs slurmctld's sidecars run, by file name."""
     metrics = (COLLECTOR_PROGRAM, EXPORTER_PROGRAM) if config.slurm.metrics.enabled else ()
-    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, *metrics)
+    cordon = (CORDON_WATCH,) if config.slurm.health_check.drain_cordoned else ()
+    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN, *cordon, *metrics)
 
 
 def metrics_containers(config: StackConfig) -> list[k8s.core.v1.ContainerArgs]:
@@ -179,9 +242,10 @@ class SlurmController(pulumi.ComponentResource):
         programs = k8s.core.v1.ConfigMap(
             f"{name}-programs",
             metadata=meta(name=PROGRAMS_CONFIG_MAP, namespace=args.namespace, labels=pod_labels),
-            data={name: source(name) for name in controller_programs(config)},
+            data=self._programs(config),
             opts=child(self),
         )
+        account = self._node_reader(name, config, args.namespace, pod_labels) if config.slurm.health_check.drain_cordoned else None
         statefulset = k8s.apps.v1.StatefulSet(
             name,
             metadata=meta(name=CONTROLLER_SERVICE, namespace=args.namespace, labels=pod_labels),
@@ -197,7 +261,7 @@ class SlurmController(pulumi.ComponentResource):
                         labels=pod_labels,
                         annotations={CONFIG_HASH_ANNOTATION: args.restart_hash, **users_annotation(config)},
                     ),
-                    spec=self._pod_spec(args, state.metadata.name),
+                    spec=self._pod_spec(args, state.metadata.name, account),
                 ),
             ),
             opts=child(self, depends_on=[programs]),
@@ -209,9 +273,29 @@ class SlurmController(pulumi.ComponentResource):
         self.register_outputs({"address": self.address, "statefulset_name": self.statefulset_name})
 
     @staticmethod
-    def _pod_spec(args: SlurmControllerArgs, state_claim: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:
+    def _programs(config: StackConfig) -> dict[str, str]:
+        programs = {name: source(name) for name in controller_programs(config)}
+        if config.slurm.health_check.drain_cordoned:
+            programs[CORDON_WATCH_NODES] = "".join(f"{node}\n" for node in slurm_nodes(config))
+        return programs
+
+    def _node_reader(
+        self, name: str, config: StackConfig, namespace: pulumi.Input[str], pod_labels: dict[str, str]
+    ) -> pulumi.Output[str]:
+        """A ServiceAccount that may get the Slurm pool nodes, by name (Nodes are cluster-scoped: a ClusterRole)."""
+        account = k8s.core.v1.ServiceAccount(f"{name}-node-reader", metadata=meta(namespace=namespace, labels=pod_labels), opts=child(self))
+        rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=slurm_nodes(config), verbs=["get"])
+        bind_cluster_role(self, f"{name}-node-reader", account, namespace, pod_labels, rule)
+        return account.metadata.name
+
+    @staticmethod
+    def _pod_spec(
+        args: SlurmControllerArgs, state_claim: pulumi.Input[str], node_reader: Optional[pulumi.Input[str]]
+    ) -> k8s.core.v1.PodSpecArgs:
         config, site = args.config, args.site
+        watch = node_reader is not None
         return k8s.core.v1.PodSpecArgs(
+            service_account_name=node_reader,
             automount_service_account_token=False,
             **control_daemon_placement(config),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
@@ -247,9 +331,13 @@ class SlurmController(pulumi.ComponentResource):
                     ["sh", "-c", RECONFIGURE_LOOP],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
-                    extra_mounts=(mount("programs", PROGRAM_DIR, read_only=True),),
+                    extra_mounts=(
+                        mount("programs", PROGRAM_DIR, read_only=True),
+                        *([mount(CORDON_VOLUME, CORDON_DIR, read_only=True)] if watch else []),
+                    ),
                 ),
                 *metrics_containers(config),
+                *([cordon_watch(config.images.python)] if watch else []),
             ],
             volumes=[
                 config_map_volume("slurm-config", args.config_map_name),
@@ -261,5 +349,11 @@ class SlurmController(pulumi.ComponentResource):
                 jwt_key_volume(args.jwt_key_secret_name),
                 identity_volume(args.identity_config_map_name),
                 *([empty_dir(STATE_VOLUME)] if config.slurm.metrics.enabled else []),
+                *([empty_dir(CORDON_VOLUME, medium="Memory"), node_reader_token_volume()] if watch else []),
             ],
         )
+
+
+def slurm_nodes(config: StackConfig) -> list[str]:
+    """Every node of the pools that run slurmd: the Kubernetes node names slurmd registers as (-N)."""
+    return sorted({node for pool in config.slurm_pools for node in pool.node_names})

@@ -129,6 +129,8 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
                 (nodes, SLURMD_PORT),
                 ([_pods("slurmctld")], SLURMCTLD_PORT),
                 *([([_pods("slurmdbd")], SLURMDBD_PORT)] if accounting else []),
+                # its cordon watcher GETs the pool nodes (docs/health.md)
+                *(_api_server(config) if slurm.health_check.drain_cordoned else []),
             ],
         ),
         **node_keeper_policies(config),

@@ -19,7 +19,7 @@ import hostlist
 import jinja2
 
 from dualsched.config.models import (
-    CgroupVersion, DatabaseMode, GpuAutoDetect, PoolContainers, PoolMode, PreemptType, StackConfig, TresLimit,
+    CgroupVersion, DatabaseMode, GpuAutoDetect, NodePool, PoolContainers, PoolMode, PreemptType, StackConfig, TresLimit,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -37,6 +37,11 @@ TRACKED_TRES = (("cpus", "cpu"), ("gpus", "gres/gpu"), ("nodes", "node"))
 """TresLimit field -> the TRES name sacctmgr takes and prints (sorted by name)."""
 WINDOW_RESERVATION_PREFIX = "dualsched-window-"
 """Reservations named so belong to window_reservations.sh: it deletes those its file no longer lists."""
+
+HEALTH_PROGRAM = "node_health.sh"
+HEALTH_SETTINGS_FILE = "node-health.env"
+"""node_health.sh's settings, next to it in site.health_check_dir (slurmd runs it without arguments)."""
+
 
 # Kubernetes names Slurm resolves through cluster DNS.
 CONTROLLER_SERVICE = "slurmctld"
@@ -104,6 +109,10 @@ class Site:
     """GPUs are the device files <prefix>0..N-1 instead of detected devices."""
     node_addresses: Mapping[str, str] = field(default_factory=dict)
     """Pool name -> NodeAddr hostlist, when node names do not resolve to the nodes."""
+    health_check_dir: str = "/etc/dualsched/health"
+    """Where each slurmd node has node_health.sh and its settings (HealthCheckProgram's directory)."""
+    shared_dir: str = "/shared"
+    """The shared file system inside slurmd (components.compute.SHARED_MOUNT), which the health check tests."""
     addresses_from_registration: bool = False
     """Pools without node_addresses learn each node's address when its slurmd registers
     (State=CLOUD; before Slurm 23.11 also SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
@@ -416,6 +425,7 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "qos_lines": _qos_lines(config),
         "account_lines": _account_lines(config),
         "user_lines": _user_lines(config),
+        "health_program": f"{site.health_check_dir}/{HEALTH_PROGRAM}",
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 
@@ -426,6 +436,17 @@ ENROOT_CONF = "enroot.conf"
 def render_enroot_conf(containers: PoolContainers) -> str:
     """enroot.conf for a pool's slurmd container: Enroot's directories, one per user (or group) under the pool's."""
     return _environment.get_template(f"{ENROOT_CONF}.j2").render(containers=containers)
+
+
+def render_health_settings(config: StackConfig, pool: NodePool, site: Site) -> str:
+    """The settings node_health.sh sources on a node of ``pool``: which checks run, and what they expect."""
+    return _environment.get_template(f"{HEALTH_SETTINGS_FILE}.j2").render(
+        checks=config.slurm.health_check.checks,
+        site=site,
+        # The same device files gres.conf lists without AutoDetect; NVML finds these too.
+        gpu_device_prefix=site.gpu_device_prefix or "/dev/nvidia",
+        gpus=pool.slurm_gpu_count,
+    )
 
 
 def render_slurmdbd_conf(config: StackConfig, site: Site, storage_pass: Optional[str] = None) -> str:

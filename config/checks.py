@@ -18,6 +18,7 @@ from dualsched.config.models import (
     AccessMode,
     DatabaseMode,
     Environment,
+    HealthCheckNodeState,
     NodePool,
     PoolMode,
     StackConfig,
@@ -688,6 +689,22 @@ def users_have_accounts(config: StackConfig) -> Iterator[Problem]:
                           f"({', '.join(mine)})", identity.account)
 
 
+@_with("slurm")
+def health_check_is_meaningful(config: StackConfig) -> Iterator[Problem]:
+    """A health check that checks nothing, or node states slurmctld would read differently than written:
+    "any" already holds alloc, mixed and idle (read_config.c _health_node_state ORs them)."""
+    health = config.slurm.health_check
+    path = "slurm.healthCheck"
+    if health.enabled and not any(health.checks.model_dump().values()):
+        yield Problem(f"{path}.checks", "the health check is enabled and every check is off", health.checks.model_dump(by_alias=True))
+    states = [state.value for state in health.node_state]
+    for index, state in enumerate(states):
+        if state in states[:index]:
+            yield Problem(f"{path}.nodeState[{index}]", "is listed more than once", state)
+    if HealthCheckNodeState.ANY.value in states and set(states) - {HealthCheckNodeState.ANY.value, HealthCheckNodeState.CYCLE.value}:
+        yield Problem(f"{path}.nodeState", "any already covers alloc, mixed and idle: give any or some of them", states)
+
+
 CHECKS: tuple[Check, ...] = (
     builds_something,
     pools_without_slurm,
@@ -722,6 +739,7 @@ CHECKS: tuple[Check, ...] = (
     preemption_is_possible,
     accounts_are_consistent,
     users_have_accounts,
+    health_check_is_meaningful,
 )
 
 

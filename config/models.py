@@ -616,6 +616,8 @@ class SlurmMetrics(Model):
     service_monitor_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_ITEMS)
     """Labels of the ServiceMonitor, for the Prometheus resource's serviceMonitorSelector (for
     kube-prometheus-stack: ``release: <its release name>``)."""
+
+
 class LoginServiceType(str, Enum):
     CLUSTER_IP = "ClusterIP"
     NODE_PORT = "NodePort"
@@ -654,6 +656,48 @@ class Login(Model):
     """The login container's requests and limits: every user's shell and client commands share them."""
 
 
+class HealthCheckNodeState(str, Enum):
+    """slurm.conf HealthCheckNodeState values (Slurm 22.05: src/common/read_config.c _health_node_state)."""
+
+    ANY = "any"
+    ALLOC = "alloc"
+    MIXED = "mixed"
+    IDLE = "idle"
+    CYCLE = "cycle"
+
+
+class HealthChecks(Model):
+    """What node_health.sh checks on every slurmd node; each failure drains the node with its name."""
+
+    gpu_devices: bool = True
+    """The node holds at least as many GPU device files (/dev/nvidiaN) as gres.conf gives it GPUs."""
+    shared_mount: bool = True
+    """/shared is a mount point, read-write, and root can create a file in it within 10 seconds."""
+    munge: bool = True
+    """munged on the node encodes and decodes a credential (slurmd authenticates every message with it)."""
+    nvidia_smi: bool = True
+    """When nvidia-smi is on the node: `nvidia-smi -L` succeeds within 20 seconds. Skipped where it is absent."""
+
+
+class HealthCheck(Model):
+    """Slurm's node health check (HealthCheckProgram): a failing node is drained with reason
+    "dualsched:health: <what failed>" (running jobs finish, no new ones start) and resumed once every
+    check passes again. Drains with any other reason are never touched."""
+
+    enabled: bool = False
+    """Run components/programs/node_health.sh as slurm.conf's HealthCheckProgram on every slurmd node."""
+    interval: int = Field(300, ge=10, le=86400)
+    """HealthCheckInterval in seconds (slurmd also runs the program once when it starts, before it registers)."""
+    node_state: tuple[HealthCheckNodeState, ...] = Field((HealthCheckNodeState.ANY,), min_length=1, max_length=5)
+    """HealthCheckNodeState: the node states the check runs in (any, alloc, mixed, idle; cycle spreads the
+    nodes over the interval instead of all at once)."""
+    checks: HealthChecks = HealthChecks()
+    """Which checks run."""
+    drain_cordoned: bool = False
+    """Drain the Slurm node of a cordoned Kubernetes node (spec.unschedulable) with reason "dualsched:cordon",
+    and resume it once uncordoned: slurmctld's pod reads the pool nodes (get, by name) each round."""
+
+
 class Slurm(Model):
     """The Slurm cluster."""
 
@@ -689,6 +733,8 @@ class Slurm(Model):
     """Slurm metrics for Prometheus."""
     login: Login = Login()
     """Login pods reached with ssh (off by default)."""
+    health_check: HealthCheck = HealthCheck()
+    """Node health check: drains a failing node and resumes it when healthy (docs/health.md)."""
 
 
 # --------------------------------------------------------------------------- storage

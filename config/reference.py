@@ -61,6 +61,8 @@ def _default(field: Any, inherited: Any = PydanticUndefined) -> str:
         return ""
     if isinstance(default, enum.Enum):
         default = default.value
+    if isinstance(default, tuple):
+        default = tuple(item.value if isinstance(item, enum.Enum) else item for item in default)
     return f"`{default}`"
 
 

@@ -288,6 +288,38 @@ class Login(TypedDict):
     """The login container's requests and limits: every user's shell and client commands share them."""
 
 
+class HealthChecks(TypedDict):
+    """What node_health.sh checks on every slurmd node; each failure drains the node with its name."""
+
+    gpu_devices: NotRequired[pulumi.Input[bool]]
+    """The node holds at least as many GPU device files (/dev/nvidiaN) as gres.conf gives it GPUs."""
+    shared_mount: NotRequired[pulumi.Input[bool]]
+    """/shared is a mount point, read-write, and root can create a file in it within 10 seconds."""
+    munge: NotRequired[pulumi.Input[bool]]
+    """munged on the node encodes and decodes a credential (slurmd authenticates every message with it)."""
+    nvidia_smi: NotRequired[pulumi.Input[bool]]
+    """When nvidia-smi is on the node: `nvidia-smi -L` succeeds within 20 seconds. Skipped where it is absent."""
+
+
+class HealthCheck(TypedDict):
+    """Slurm's node health check (HealthCheckProgram): a failing node is drained with reason
+    "dualsched:health: <what failed>" (running jobs finish, no new ones start) and resumed once every
+    check passes again. Drains with any other reason are never touched."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Run components/programs/node_health.sh as slurm.conf's HealthCheckProgram on every slurmd node."""
+    interval: NotRequired[pulumi.Input[int]]
+    """HealthCheckInterval in seconds (slurmd also runs the program once when it starts, before it registers)."""
+    node_state: NotRequired[pulumi.Input[list[str]]]
+    """HealthCheckNodeState: the node states the check runs in (any, alloc, mixed, idle; cycle spreads the
+nodes over the interval instead of all at once)."""
+    checks: NotRequired[pulumi.Input[HealthChecks]]
+    """Which checks run."""
+    drain_cordoned: NotRequired[pulumi.Input[bool]]
+    """Drain the Slurm node of a cordoned Kubernetes node (spec.unschedulable) with reason "dualsched:cordon",
+and resume it once uncordoned: slurmctld's pod reads the pool nodes (get, by name) each round."""
+
+
 class Slurm(TypedDict):
     """The Slurm cluster."""
 
@@ -323,6 +355,8 @@ associations, limits and QOS: a user in no account runs no job."""
     """Slurm metrics for Prometheus."""
     login: NotRequired[pulumi.Input[Login]]
     """Login pods reached with ssh (off by default)."""
+    health_check: NotRequired[pulumi.Input[HealthCheck]]
+    """Node health check: drains a failing node and resumes it when healthy (docs/health.md)."""
 
 
 class Taint(TypedDict):

@@ -292,8 +292,9 @@ def test_slurmd_is_configless(stack):
         assert command[command.index("--conf-server") + 1] == controllers
         assert command[command.index("-N") + 1] == "$(NODE_NAME)"
         assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-        # The only ConfigMap it mounts is the user directory, never the Slurm config.
-        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity"]
+        # The only ConfigMaps it mounts are the user directory and (prod) the health check, never the Slurm config.
+        health = ["health"] if rendered.config.slurm.health_check.enabled else []
+        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health]
         assert not [path for path in mounts(slurmd) if path.startswith("/etc/slurm")]
 
 

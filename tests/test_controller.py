@@ -13,8 +13,8 @@ import pytest
 
 from dualsched.components.identity import users_annotation
 from dualsched.components.controller import (
-    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, PROGRAMS_CONFIG_MAP, RECONFIGURE_INTERVAL, RECONFIGURE_LOOP,
-    WINDOW_RESERVATIONS, controller_programs,
+    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
+    RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS, controller_programs,
 )
 from dualsched.components.identity import SLURM_UID
 from dualsched.components.programs import source
@@ -202,7 +202,8 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
     metrics = ["metrics-collector", "exporter"] if rendered.config.slurm.metrics.enabled else []  # tests/test_metrics.py
-    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics]
+    watch = ["cordon-watch"] if rendered.config.slurm.health_check.drain_cordoned else []  # tests/test_health.py
+    assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics, *watch]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
     assert reconfigure["command"] == ["sh", "-c", RECONFIGURE_LOOP]
@@ -214,7 +215,9 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert found["/etc/passwd"]["name"] == found["/etc/group"]["name"] == "identity"
     assert found["/opt/dualsched"] == {"name": "programs", "mountPath": "/opt/dualsched", "readOnly": True}
     # It never sees the state, the key or anything writable but the socket it connects to.
-    assert set(found) == {"/etc/slurm", "/opt/dualsched", "/run/munge", "/etc/passwd", "/etc/group"}
+    cordoned = {CORDON_DIR} if watch else set()
+    assert set(found) == {"/etc/slurm", "/opt/dualsched", "/run/munge", "/etc/passwd", "/etc/group", *cordoned}
+    assert all(found[path]["readOnly"] for path in cordoned)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -223,8 +226,9 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     rendered = render_stack(stack)
     statefulset = _statefulset(rendered)
     programs = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm")
-    assert {WINDOW_RESERVATIONS, ACCOUNTING_STATE} <= set(controller_programs(rendered.config))  # and the exporter's with metrics
-    assert programs.manifest["data"] == {name: source(name) for name in controller_programs(rendered.config)}
+    assert {WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN} <= set(controller_programs(rendered.config))  # and the exporter's with metrics
+    programs_data = {name: text for name, text in programs.manifest["data"].items() if name != CORDON_WATCH_NODES}
+    assert programs_data == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
     assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
     assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in RECONFIGURE_LOOP

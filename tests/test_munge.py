@@ -84,8 +84,10 @@ def test_every_slurm_daemon_pod_runs_munged_with_the_key_of_its_namespace(stack)
         assert "emptyDir" in volume(workload, "munge-socket")
         # Only munged sees the key, in the Secret or in its private copy.
         for main in pod_spec(workload)["containers"]:
-            if main["name"] != "exporter":  # the metrics exporter serves files and calls no Slurm daemon
-                assert mounts(main)["/run/munge"]["name"] == "munge-socket"
+            if main["name"] in ("cordon-watch", "exporter"):  # read Nodes, serve metrics files: no Slurm daemon is called
+                assert "/run/munge" not in mounts(main)
+                continue
+            assert mounts(main)["/run/munge"]["name"] == "munge-socket"
             assert not {"munge-key", "munge-private"} & {m["name"] for m in main["volumeMounts"]}, main["name"]
 
 

@@ -39,8 +39,10 @@ from typing import Callable, Mapping, Optional, TypeVar
 
 from dualsched.components.compute import conf_servers
 from dualsched.components.munge import MUNGE_KEY_BYTES
+from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
-    JWT_KEY_FILE, ControllerHost, DatabaseEndpoint, Site, render_slurm_files, render_slurmdbd_conf,
+    HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, JWT_KEY_FILE, ControllerHost, DatabaseEndpoint, Site, render_health_settings,
+    render_slurm_files, render_slurmdbd_conf,
 )
 from dualsched.components.tokens import JWT_KEY_BYTES
 from dualsched.config.loader import parse_stack_config
@@ -186,6 +188,9 @@ def local_site(
         gpu_device_prefix=str(root / "dev" / "gpu"),
         node_addresses=local_node_addresses(config, local_node),
         pyxis_runtime_path=str(root / "run" / "pyxis"),
+        # The health check's program and settings, and the directory it checks as the shared file system.
+        health_check_dir=str(root / "health"),
+        shared_dir=str(root / "shared"),
     )
     return dataclasses.replace(site, spank_pyxis=spank_pyxis) if spank_pyxis else site
 
@@ -216,6 +221,18 @@ def write_slurm_files(config: StackConfig, site: Site, etc: Path, storage_pass: 
     # slurmdbd refuses a slurmdbd.conf that is not 0600 and owned by SlurmUser (root here).
     os.chmod(dbd, 0o600)
     return files
+
+
+def write_health_check(config: StackConfig, site: Site, local_node: str) -> None:
+    """node_health.sh and the settings of the local node's pool, where slurm.conf's HealthCheckProgram
+    points: what the slurmd pod gets from its pool's ConfigMap (components.compute)."""
+    pool = next(pool for pool in config.slurm_pools if local_node in pool.node_names)
+    directory = Path(site.health_check_dir)
+    directory.mkdir(exist_ok=True)
+    program = directory / HEALTH_PROGRAM
+    program.write_text(source(HEALTH_PROGRAM))
+    program.chmod(0o555)
+    (directory / HEALTH_SETTINGS_FILE).write_text(render_health_settings(config, pool, site))
 
 
 def parse_scontrol(record: str) -> dict[str, str]:
@@ -484,7 +501,10 @@ class LocalCluster(SlurmClient):
         return Path(self.site.jwt_key or "").read_bytes()
 
     def render(self, config: StackConfig) -> dict[str, str]:
-        files = write_slurm_files(config, self.site_for(config), self.etc, self.storage_pass)
+        site = self.site_for(config)
+        files = write_slurm_files(config, site, self.etc, self.storage_pass)
+        if config.slurm.health_check.enabled:
+            write_health_check(config, site, self.local_node)
         self.config = config
         return files
 
