@@ -19,6 +19,7 @@ from components.nodepools import GpuNodePool, GpuNodePoolArgs
 from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from components.slurm_files import kubernetes_site
 from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
+from components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
 from components.slurmrestd import SlurmRestApi, SlurmRestApiArgs
 from components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
 from components.tokens import JwtKey, JwtKeyArgs, TokenMinter, TokenMinterArgs
@@ -108,7 +109,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         storage: SharedStorageVolumes,
         node_pools: dict[str, GpuNodePool],
     ) -> None:
-        """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools and job submission."""
+        """Munge and JWT keys, users, slurm.conf, slurmctld, accounting, the slurmd pools and their rollout, and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
         # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
         munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: slurm_namespace}), opts=child(self))
@@ -155,6 +156,16 @@ class DualScheduledCluster(pulumi.ComponentResource):
                 ),
                 # Labels first, so slurmd pods schedule onto the pool as soon as they exist.
                 opts=child(self, depends_on=[node_pools[pool.name]]),
+            )
+        if config.slurm_pools:
+            # Takes a changed slurmd template to the nodes (the DaemonSets update OnDelete), job by job.
+            SlurmdRolloutController(
+                f"{name}-slurmd-rollout",
+                SlurmdRolloutArgs(
+                    config, slurm_namespace, slurm_config.config_map_name, munge.secret_names[SLURM], users.config_map_names[SLURM]
+                ),
+                # the Slurm files' ConfigMap exists before the client container mounts it (by its fixed name)
+                opts=child(self, depends_on=[slurm_config]),
             )
         if config.submission.enabled:
             minter = TokenMinter(

@@ -26,6 +26,8 @@ SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
 MYSQL_PORT = 3306
 DNS_PORT = 53
+ROLLOUT = "slurmd-rollout"
+"""The slurmd rollout controller's pods. Named here: components/slurmd_rollout.py imports this module (through the controller)."""
 NAME_LABEL = "app.kubernetes.io/name"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace (immutable since 1.22): the one way to select a namespace by name."""
@@ -94,7 +96,7 @@ def baseline_policies() -> dict[str, Spec]:
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
-    """slurmctld, slurmdbd, MariaDB, the node keeper, and (with submission) slurmrestd and the token minter.
+    """slurmctld, slurmdbd, MariaDB, the node keeper, the slurmd rollout, and (with submission) slurmrestd and the token minter.
 
     slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
     connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
@@ -102,10 +104,10 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
     accounting = slurm.accounting.enabled
     in_cluster_db = accounting and slurm.accounting.database is not None and slurm.accounting.database.mode is DatabaseMode.IN_CLUSTER
     submission = config.submission.enabled
-    # slurmd and client commands on the nodes; the backup controller; slurmdbd's updates; slurmrestd's
+    # slurmd and client commands on the nodes; the backup controller; the slurmd rollout; slurmdbd's updates; slurmrestd's
     # calls; and sbatch in the submission namespace's Jobs (authenticated by their tokens)
     submitters = [_pods(RESTD), _namespace(config.submission.namespace)] if submission else []
-    controller_clients = [*nodes, _pods("slurmctld"), *([_pods("slurmdbd")] if accounting else []), *submitters]
+    controller_clients = [*nodes, _pods("slurmctld"), _pods(ROLLOUT), *([_pods("slurmdbd")] if accounting else []), *submitters]
     policies = {
         **baseline_policies(),
         "slurmctld": _allow(
@@ -119,6 +121,8 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
         ),
         # it GETs and PATCHes nodes; nobody calls it (the kubelet's probes come from the node itself)
         KEEPER: _allow(KEEPER, egress=_api_server(config)),
+        # it lists slurmd pods and deletes them, and drains and resumes their nodes in slurmctld
+        ROLLOUT: _allow(ROLLOUT, egress=[*_api_server(config), ([_pods("slurmctld")], SLURMCTLD_PORT)]),
     }
     if accounting:
         policies["slurmdbd"] = _allow(
