@@ -6,24 +6,24 @@ from typing import Optional
 
 import pulumi
 
-from components.accounting import Accounting, AccountingArgs
-from components.common import child
-from components.compute import ComputePool, ComputePoolArgs
-from components.controller import SlurmController, SlurmControllerArgs
-from components.identity import UserDirectory, UserDirectoryArgs
-from components.inference import InferenceNamespace, ModelServer, ModelServerArgs
-from components.munge import MungeKey, MungeKeyArgs
-from components.namespace import SlurmNamespace, SlurmNamespaceArgs
-from components.node_keeper import NodeKeeper, NodeKeeperArgs
-from components.nodepools import GpuNodePool, GpuNodePoolArgs
-from components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
-from components.slurm_files import kubernetes_site
-from components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
-from components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
-from components.slurmrestd import SlurmRestApi, SlurmRestApiArgs
-from components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
-from components.tokens import JwtKey, JwtKeyArgs, TokenMinter, TokenMinterArgs
-from config.models import StackConfig
+from dualsched.components.accounting import Accounting, AccountingArgs
+from dualsched.components.common import child
+from dualsched.components.compute import ComputePool, ComputePoolArgs
+from dualsched.components.controller import SlurmController, SlurmControllerArgs
+from dualsched.components.identity import UserDirectory, UserDirectoryArgs
+from dualsched.components.inference import InferenceNamespace, ModelServer, ModelServerArgs
+from dualsched.components.munge import MungeKey, MungeKeyArgs
+from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
+from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
+from dualsched.components.nodepools import GpuNodePool, GpuNodePoolArgs
+from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
+from dualsched.components.slurm_files import kubernetes_site
+from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
+from dualsched.components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
+from dualsched.components.slurmrestd import SlurmRestApi, SlurmRestApiArgs
+from dualsched.components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
+from dualsched.components.tokens import JwtKey, JwtKeyArgs, TokenMinter, TokenMinterArgs
+from dualsched.config.models import StackConfig
 
 SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
 

@@ -9,11 +9,11 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for
-from components.identity import identity_mounts, identity_volume, users_annotation
-from components.munge import munge_socket_mount, munge_volumes, munged_sidecar
-from components.slurm_files import Site
-from config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
+from dualsched.components.common import GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for
+from dualsched.components.identity import identity_mounts, identity_volume, users_annotation
+from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from dualsched.components.slurm_files import Site
+from dualsched.config.models import CgroupVersion, NodePool, PoolMode, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
 

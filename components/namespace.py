@@ -15,11 +15,11 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import child, labels, meta, resource_list, stateful
-from components.node_keeper import KEEPER
-from components.slurmrestd import RESTD, RESTD_PORT
-from components.tokens import MINTER, MINTER_PORT
-from config.models import DatabaseMode, Inference, StackConfig
+from dualsched.components.common import child, labels, meta, resource_list, stateful
+from dualsched.components.node_keeper import KEEPER
+from dualsched.components.slurmrestd import RESTD, RESTD_PORT
+from dualsched.components.tokens import MINTER, MINTER_PORT
+from dualsched.config.models import DatabaseMode, Inference, StackConfig
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818

@@ -1,10 +1,10 @@
 """Change report: what a change does to Slurm and serving, as Markdown for a pull request.
 
-    python -m components.report --base build/base --head build/head [--out report.md]
-    python -m components.report --base main/Pulumi.prod.yaml --stack prod [--config-key myproj:cluster] [--program infra.cluster:build]
-    python -m components.report --preview preview.json [--out report.md]
+    python -m dualsched.components.report --base build/base --head build/head [--out report.md]
+    python -m dualsched.components.report --base main/Pulumi.prod.yaml --stack prod [--config-key myproj:cluster] [--program infra.cluster:build]
+    python -m dualsched.components.report --preview preview.json [--out report.md]
 
-Input is either two offline renders (``python -m components.render``) or the
+Input is either two offline renders (``python -m dualsched.components.render``) or the
 output of ``pulumi preview --json``. A side given as a stack file (``--base FILE``,
 ``--head FILE``, or ``--stack``/``--stack-file`` for the head) is rendered here first,
 with this checkout's program, as ``components.render`` would (same ``--config-key``
@@ -48,12 +48,12 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 import hostlist
 import yaml
 
-from components.common import GPU_RESOURCE
-from components.controller import CONFIG_HASH_ANNOTATION
-from components.node_keeper import KEEPER, STATE_FILE
-from components.nodepools import MODE_LABEL
-from components.programs.node_keeper import MINUTES_PER_DAY, describe
-from components.render import (
+from dualsched.components.common import GPU_RESOURCE
+from dualsched.components.controller import CONFIG_HASH_ANNOTATION
+from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.components.nodepools import MODE_LABEL
+from dualsched.components.programs.node_keeper import MINUTES_PER_DAY, describe
+from dualsched.components.render import (
     BAD_INPUT,
     SECRET_SIGNATURE,
     SOURCE_HELP,
@@ -66,8 +66,8 @@ from components.render import (
     stack_path,
     write_render,
 )
-from components.slurm_files import SLURM_FILES
-from config import Problem
+from dualsched.components.slurm_files import SLURM_FILES
+from dualsched.config import Problem
 
 MARKER = "<!-- dualsched-report -->"
 REDACTED = "[redacted]"
@@ -967,7 +967,7 @@ def _plan_from_sides(args: argparse.Namespace, head: Path) -> Plan:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
+        prog="python -m dualsched.components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--base", type=Path, help="the base: a render directory, or a stack file to render")

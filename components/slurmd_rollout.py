@@ -16,15 +16,15 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import (
+from dualsched.components.common import (
     child, config_map_volume, control_daemon_placement, empty_dir, labels, locked_down, meta, mount,
 )
-from components.controller import slurm_client
-from components.identity import identity_volume
-from components.munge import munge_volumes, munged_sidecar
-from components.namespace import ROLLOUT
-from components.programs import source
-from config.models import NOBODY_UID, StackConfig
+from dualsched.components.controller import slurm_client
+from dualsched.components.identity import identity_volume
+from dualsched.components.munge import munge_volumes, munged_sidecar
+from dualsched.components.namespace import ROLLOUT
+from dualsched.components.programs import source
+from dualsched.config.models import NOBODY_UID, StackConfig
 
 PROGRAM_FILE = "slurmd_rollout.py"
 BRIDGE_FILE = "slurm_bridge.sh"

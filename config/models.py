@@ -18,8 +18,8 @@ import hostlist
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from config.quantities import parse_quantity
-from config.types import (
+from dualsched.config.quantities import parse_quantity
+from dualsched.config.types import (
     AbsolutePath,
     Cidr,
     CsiDriverName,
@@ -914,7 +914,7 @@ class StackConfig(Model):
     @model_validator(mode="after")
     def _passes_the_cross_field_checks(self) -> StackConfig:
         # Imported here: config.checks imports this module for the classes it checks.
-        from config.checks import CrossFieldError, cross_field_problems
+        from dualsched.config.checks import CrossFieldError, cross_field_problems
 
         problems = cross_field_problems(self)
         if problems:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from components.programs import slurmd_rollout as program
-from components.programs.slurmd_rollout import (
+from dualsched.components.programs import slurmd_rollout as program
+from dualsched.components.programs.slurmd_rollout import (
     DeletePod, Drain, Report, Resume, Rollout, SlurmBridge, SlurmdPod, SlurmFailed, SlurmNode, current_revisions, drain_reason,
     drained_since, parse_sinfo, plan, slurmd_pods,
 )
-from components.slurmd_rollout import BRIDGE_FILE, EXCHANGE_DIR, PROGRAM_DIR, PROGRAM_FILE, TOKEN_DIR
-from config import ConfigError, parse_stack_config
+from dualsched.components.slurmd_rollout import BRIDGE_FILE, EXCHANGE_DIR, PROGRAM_DIR, PROGRAM_FILE, TOKEN_DIR
+from dualsched.config import ConfigError, parse_stack_config
 from rendering import container, pod_spec, raw_stack, render_raw, render_stack, variant
 
 NOW = datetime(2026, 12, 3, 20, 0, tzinfo=timezone.utc)

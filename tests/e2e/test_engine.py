@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from components.node_keeper import KEEPER, STATE_FILE
-from components.slurm_config import CLUSTER_NAME_LOCK
-from config import StackConfig, parse_stack_config
+from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.components.slurm_config import CLUSTER_NAME_LOCK
+from dualsched.config import StackConfig, parse_stack_config
 
 from e2e_support import TIMINGS, Steps, World, b64, raw_config
 
@@ -123,7 +123,7 @@ def test_bad_config_is_a_clear_message_and_registers_nothing(world: World):
 
 def test_preview_lists_the_expected_creates(dev: Deployed):
     """Every resource is a create, and per type exactly what the offline render registers."""
-    from components.render import render_config
+    from dualsched.components.render import render_config
 
     render = render_config(dev.config, stack="dev")
     steps = dev.preview_steps.steps
