@@ -19,6 +19,7 @@ from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs, n
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
 from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from dualsched.components.slurm_files import kubernetes_site
+from dualsched.components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
 from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
 from dualsched.components.slurmrestd import SlurmRestApi, SlurmRestApiArgs
 from dualsched.components.submission import JobSubmission, JobSubmissionArgs, JobSubmissionNamespace
@@ -108,8 +109,8 @@ class DualScheduledCluster(pulumi.ComponentResource):
         storage: SharedStorageVolumes,
         keeper: NodeKeeper,
     ) -> None:
-        """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools, login and job
-        submission."""
+        """Munge and JWT keys, users, slurm.conf, slurmctld, its metrics, accounting, the slurmd pools and their
+        rollout, login and job submission."""
         site, slurm_namespace = kubernetes_site(config), namespaces[SLURM]
         # Only Slurm's own namespace holds the munge key: Jobs authenticate with minted tokens.
         munge = MungeKey(f"{name}-munge", MungeKeyArgs({SLURM: slurm_namespace}), opts=child(self))
@@ -163,6 +164,16 @@ class DualScheduledCluster(pulumi.ComponentResource):
             Login(
                 f"{name}-login",
                 LoginArgs(config, slurm_namespace, slurm_config.config_map_name, munge.secret_names[SLURM], storage.claim_names[SLURM]),
+                opts=child(self, depends_on=[slurm_config]),
+            )
+        if config.slurm_pools:
+            # Takes a changed slurmd template to the nodes (the DaemonSets update OnDelete), job by job.
+            SlurmdRolloutController(
+                f"{name}-slurmd-rollout",
+                SlurmdRolloutArgs(
+                    config, slurm_namespace, slurm_config.config_map_name, munge.secret_names[SLURM], users.config_map_names[SLURM]
+                ),
+                # the Slurm files' ConfigMap exists before the client container mounts it (by its fixed name)
                 opts=child(self, depends_on=[slurm_config]),
             )
         if config.submission.enabled:

@@ -202,7 +202,8 @@ class ComputePool(pulumi.ComponentResource):
 
     Jobs run inside the slurmd container, so its limits are the node share Slurm
     allocates. ``OnDelete`` updates: changing the DaemonSet never kills a running
-    job; an admin drains a node in Slurm, then deletes its pod to pick up the change.
+    job; the rollout controller (components/slurmd_rollout.py) drains a node in Slurm,
+    waits for its jobs, then deletes its pod to pick up the change.
     """
 
     def __init__(self, name: str, args: ComputePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):

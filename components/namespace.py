@@ -29,6 +29,8 @@ MYSQL_PORT = 3306
 METRICS_PORT = 9341
 """The Slurm exporter's (components/metrics.py): the port Prometheus' list of default exporter ports gives a Slurm exporter."""
 DNS_PORT = 53
+ROLLOUT = "slurmd-rollout"
+"""The slurmd rollout controller's pods. Named here: components/slurmd_rollout.py imports this module (through the controller)."""
 NAME_LABEL = "app.kubernetes.io/name"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace (immutable since 1.22): the one way to select a namespace by name."""
@@ -105,8 +107,8 @@ def node_keeper_policies(config: StackConfig) -> dict[str, Spec]:
 
 
 def slurm_policies(config: StackConfig) -> dict[str, Spec]:
-    """slurmctld (and its metrics exporter), slurmdbd, MariaDB, the node keeper, (with submission) slurmrestd
-    and the token minter, and (with login) the login pods.
+    """slurmctld (and its metrics exporter), slurmdbd, MariaDB, the node keeper, the slurmd rollout, (with
+    submission) slurmrestd and the token minter, and (with login) the login pods.
 
     slurmd is not among them: it runs on the host network, where no NetworkPolicy applies. Its
     connections reach the pods below from node addresses, hence the ``nodeCidrs`` blocks."""
@@ -114,12 +116,12 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
     accounting = slurm.accounting.enabled
     in_cluster_db = accounting and slurm.accounting.database is not None and slurm.accounting.database.mode is DatabaseMode.IN_CLUSTER
     submission = config.submission.enabled
-    # slurmd and client commands on the nodes; the backup controller; slurmdbd's updates; slurmrestd's
+    # slurmd and client commands on the nodes; the backup controller; the slurmd rollout; slurmdbd's updates; slurmrestd's
     # calls; and sbatch in the submission namespace's Jobs (authenticated by their tokens)
     submitters = [_pods(RESTD), _namespace(config.submission.namespace)] if submission else []
     login = slurm.login.enabled
     logins = [_pods(LOGIN)] if login else []
-    controller_clients = [*nodes, _pods("slurmctld"), *([_pods("slurmdbd")] if accounting else []), *submitters, *logins]
+    controller_clients = [*nodes, _pods("slurmctld"), _pods(ROLLOUT), *([_pods("slurmdbd")] if accounting else []), *submitters, *logins]
     policies = {
         **baseline_policies(),
         "slurmctld": _allow(
@@ -134,6 +136,8 @@ def slurm_policies(config: StackConfig) -> dict[str, Spec]:
             ],
         ),
         **node_keeper_policies(config),
+        # it lists slurmd pods and deletes them, and drains and resumes their nodes in slurmctld
+        ROLLOUT: _allow(ROLLOUT, egress=[*_api_server(config), ([_pods("slurmctld")], SLURMCTLD_PORT)]),
     }
     if slurm.metrics.enabled:
         # Prometheus, from the namespaces the config names, scrapes the exporter beside slurmctld

@@ -641,9 +641,9 @@ def _slurmd_finding(change: Change, plan: Plan) -> Finding:
     elif strategy == "OnDelete":
         summary = f"slurmd pool roll: {count} to drain, pool `{pool}`"
         details = [
-            "the DaemonSet uses `updateStrategy: OnDelete`: nothing restarts by itself; for each node: "
-            "`scontrol update nodename=<node> state=drain reason=roll`, wait for its jobs, delete its slurmd pod, "
-            "then `scontrol update nodename=<node> state=resume`"
+            "the DaemonSet uses `updateStrategy: OnDelete`; the slurmd rollout controller drains each node in Slurm "
+            "(`slurm.slurmdRollout.maxUnavailable` at a time), replaces its slurmd pod once its jobs have ended, then "
+            "resumes it (docs/upgrades.md)"
         ]
     else:
         summary = f"slurmd pool roll: {count}, pool `{pool}` (automatic, {strategy})"

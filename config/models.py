@@ -397,6 +397,17 @@ class Controller(Model):
     """Persistent state (jobs, reservations, node state) that must survive restarts."""
 
 
+class SlurmdRollout(Model):
+    """How a changed slurmd template reaches the nodes: the rollout controller drains a node in Slurm,
+    waits for its jobs, replaces its slurmd pod and resumes it (docs/upgrades.md)."""
+
+    max_unavailable: int = Field(1, ge=1, le=MAX_NODES)
+    """Nodes drained for the rollout at once, across every pool (a node drained by anyone else never counts)."""
+    drain_deadline_minutes: int = Field(24 * 60, ge=1, le=366 * 24 * 60)
+    """How long a drained node's jobs should take to end. Past it the controller logs the node and goes on
+    waiting: it never kills or requeues a job, nor replaces a node with jobs on it."""
+
+
 class Partition(Model):
     """A Slurm partition over one or more pools."""
 
@@ -724,6 +735,8 @@ class Slurm(Model):
     """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1)."""
     preemption: Preemption = Preemption()
     """Job preemption (PreemptType, PreemptMode, PreemptExemptTime, JobRequeue)."""
+    slurmd_rollout: SlurmdRollout = SlurmdRollout()
+    """Rolling replacement of slurmd pods whose DaemonSet template changed, without killing a job."""
     qos: tuple[Qos, ...] = Field((), max_length=MAX_ITEMS)
     """QOS dualsched keeps in accounting: created, changed to match, deleted when dropped (only those it created)."""
     accounts: tuple[SlurmAccount, ...] = Field((), max_length=4096)

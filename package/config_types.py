@@ -187,6 +187,17 @@ class Preemption(TypedDict):
 submitted with --requeue are; the others are cancelled when preempted in mode requeue."""
 
 
+class SlurmdRollout(TypedDict):
+    """How a changed slurmd template reaches the nodes: the rollout controller drains a node in Slurm,
+    waits for its jobs, replaces its slurmd pod and resumes it (docs/upgrades.md)."""
+
+    max_unavailable: NotRequired[pulumi.Input[int]]
+    """Nodes drained for the rollout at once, across every pool (a node drained by anyone else never counts)."""
+    drain_deadline_minutes: NotRequired[pulumi.Input[int]]
+    """How long a drained node's jobs should take to end. Past it the controller logs the node and goes on
+waiting: it never kills or requeues a job, nor replaces a node with jobs on it."""
+
+
 class TresLimit(TypedDict):
     """A limit on trackable resources (TRES); an absent resource is unlimited."""
 
@@ -346,6 +357,8 @@ no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 2
     """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1). One of: 'nvml', 'off'."""
     preemption: NotRequired[pulumi.Input[Preemption]]
     """Job preemption (PreemptType, PreemptMode, PreemptExemptTime, JobRequeue)."""
+    slurmd_rollout: NotRequired[pulumi.Input[SlurmdRollout]]
+    """Rolling replacement of slurmd pods whose DaemonSet template changed, without killing a job."""
     qos: NotRequired[pulumi.Input[list[Qos]]]
     """QOS dualsched keeps in accounting: created, changed to match, deleted when dropped (only those it created)."""
     accounts: NotRequired[pulumi.Input[list[SlurmAccount]]]

@@ -73,12 +73,13 @@ def test_no_policy_admits_any_source_or_opens_every_port(stack):
             assert rule.get("to") or _ports([rule]) <= {(53, "UDP"), (53, "TCP"), (3306, "TCP")}, policy.name
 
 
-def test_slurmctld_accepts_submitters_slurmdbd_its_backup_and_the_nodes_only():
+def test_slurmctld_accepts_submitters_slurmdbd_its_backup_the_slurmd_rollout_and_the_nodes_only():
     spec = policies(render_stack("dev"), SLURM_NS)["slurmctld"]
     assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "slurmctld"}
     # submitters: slurmrestd, sbatch in the submission namespace's Jobs (with a token, no munge), the login pods
     assert rules(spec, "ingress") == {
-        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmdbd", "pods:slurmctld", "ip:10.0.0.0/24"}
+        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmdbd", "pods:slurmctld", "pods:slurmd-rollout",
+               "ip:10.0.0.0/24"}
     }
     # slurmd (6818) on the host network of the nodes, the backup controller, slurmdbd
     assert rules(spec, "egress") == {6818: {"ip:10.0.0.0/24"}, 6817: {"pods:slurmctld"}, 6819: {"pods:slurmdbd"}}
@@ -163,9 +164,10 @@ def test_node_cidrs_are_every_block_the_nodes_get():
 def test_accounting_disabled_drops_the_slurmdbd_and_mariadb_rules():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"]["accounting"].update(enabled=False)))
     specs = policies(rendered, SLURM_NS)
-    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter", "node-keeper", "login"}
+    assert set(specs) == {"allow-dns", "default-deny", "slurmctld", "slurmrestd", "slurm-token-minter", "node-keeper", "login",
+                          "slurmd-rollout"}
     assert rules(specs["slurmctld"], "ingress") == {
-        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmctld", "ip:10.0.0.0/24"}
+        6817: {"pods:slurmrestd", "ns:slurm-jobs", "pods:login", "pods:slurmctld", "pods:slurmd-rollout", "ip:10.0.0.0/24"}
     }
     assert rules(specs["login"], "egress") == {6817: {"pods:slurmctld"}}
 

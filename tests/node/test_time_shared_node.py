@@ -73,15 +73,18 @@ class Window:
 
 
 def _switch_to_time_shared(node_world: NodeWorld, cluster: Cluster) -> None:
-    """The operator's mode switch: `pulumi up` (which does not wait for slurmd: OnDelete), then
-    replace slurmd so it runs the new template. The window is far away here: the next up moves it
-    close."""
+    """The operator's mode switch: `pulumi up` (which does not wait for slurmd: OnDelete); the rollout
+    controller then drains the node, replaces slurmd so it runs the new template and resumes the node.
+    The window is far away here: the next up moves it close."""
     far = _utc_now().replace(second=0, microsecond=0) + dt.timedelta(hours=6)
     old = cluster.slurmd_pod()["metadata"]["name"]
     up(node_world, time_shared_config(node_world, far))
-    node_world.kubectl("delete", "pod", "-n", SLURM_NS, old, "--wait=true", timeout=180)
-    wait_until("the new slurmd pod Ready", lambda: (p := cluster.slurmd_pod())["metadata"]["name"] != old and all_ready([p]),
-               timeout=240)  # fmt: skip
+
+    def replaced() -> bool:
+        pods = [p for p in cluster.pods(SLURM_NS) if p["metadata"]["name"].startswith("dualsched-slurmd-gpu")]
+        return [p["metadata"]["name"] for p in pods] != [old] and len(pods) == 1 and all_ready(pods)
+
+    wait_until("the rollout controller's new slurmd pod Ready", replaced, timeout=300, every=3)
 
 
 def _reservation_starts_at(cluster: Cluster, start: dt.datetime) -> bool:
