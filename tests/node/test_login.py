@@ -72,7 +72,11 @@ def login(node_world: NodeWorld, tmp_path_factory) -> Login:
     start = time.monotonic()
     wait_until(f"every pod in {SLURM_NS} Ready", lambda: all_ready(node_world.kget("pods", "-n", SLURM_NS)["items"]), timeout=420)
     TIMINGS.append(("every Slurm pod and the login pod Ready", time.monotonic() - start))
-    return Login(node_world, key, keys / "known_hosts")
+    login = Login(node_world, key, keys / "known_hosts")
+    # When the up replaced slurmctld (an earlier module's config), its name resolves to the old pod's
+    # address until the cluster resolver's cache lets go: clients retry, and so does this.
+    wait_until("slurmctld answering the login pod", lambda: login.ssh("sinfo --noheader >/dev/null").returncode == 0, timeout=120, every=5)
+    return login
 
 
 def test_a_configured_user_logs_in_with_their_key_as_their_uid(login):
