@@ -16,7 +16,7 @@ import pytest
 
 from e2e_support import TIMINGS
 from node_support import JOB_USER_UID, NodeWorld, local_config
-from test_real_node import SLURM_NS, all_ready, up, wait_until
+from test_real_node import SLURM_NS, Cluster, all_ready, up, wait_until, wait_until_settled
 
 pytestmark = pytest.mark.node
 
@@ -72,6 +72,8 @@ def login(node_world: NodeWorld, tmp_path_factory) -> Login:
     start = time.monotonic()
     wait_until(f"every pod in {SLURM_NS} Ready", lambda: all_ready(node_world.kget("pods", "-n", SLURM_NS)["items"]), timeout=420)
     TIMINGS.append(("every Slurm pod and the login pod Ready", time.monotonic() - start))
+    # After an earlier module's stack slurmd's template may differ: its rollout (docs/upgrades.md) ends first.
+    wait_until_settled(Cluster(node_world))
     login = Login(node_world, key, keys / "known_hosts")
     # When the up replaced slurmctld (an earlier module's config), its name resolves to the old pod's
     # address until the cluster resolver's cache lets go: clients retry, and so does this.

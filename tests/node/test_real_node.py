@@ -105,6 +105,50 @@ def all_ready(pods: list[dict]) -> bool:
     return bool(pods) and all(ready(p) for p in pods if p["metadata"].get("deletionTimestamp") is None)
 
 
+# ------------------------------------------------ slurmd after a template change
+
+
+def sinfo_node(cluster: Cluster) -> tuple[str, str]:
+    """(state, reason) of the node as the rollout controller reads them."""
+    line = cluster.slurm("sinfo", "--noheader", "--Node", "--format=%N|%T|%E", "-n", NODE).splitlines()[0]
+    _, state, reason = line.split("|", 2)
+    return state, reason
+
+
+def current_revision(cluster: Cluster, pod: dict) -> str:
+    """The slurmd DaemonSet's current template hash: its newest ControllerRevision."""
+    owner = next(o["uid"] for o in pod["metadata"]["ownerReferences"] if o.get("controller"))
+    revisions = [r for r in cluster.world.kget("controllerrevisions", "-n", SLURM_NS)["items"]
+                 if any(o["uid"] == owner for o in r["metadata"].get("ownerReferences", []))]  # fmt: skip
+    return max(revisions, key=lambda r: r["revision"])["metadata"]["labels"]["controller-revision-hash"]
+
+
+def current_pod(cluster: Cluster) -> Optional[str]:
+    """The uid of the node's one slurmd pod when it is Ready on the DaemonSet's current revision (while it is
+    replaced there are two, or none)."""
+    pods = [p for p in cluster.pods(SLURM_NS) if p["metadata"]["name"].startswith("dualsched-slurmd-gpu")]
+    if len(pods) != 1 or not all_ready(pods):
+        return None
+    current = pods[0]["metadata"]["labels"]["controller-revision-hash"] == current_revision(cluster, pods[0])
+    return pods[0]["metadata"]["uid"] if current else None
+
+
+def slurmd_daemonsets_observed(cluster: Cluster) -> bool:
+    """The DaemonSet controller has seen the latest template (so its newest revision is the current one)."""
+    daemonsets = [d for d in cluster.world.kget("daemonsets", "-n", SLURM_NS)["items"]
+                  if d["metadata"]["name"].startswith("dualsched-slurmd-")]  # fmt: skip
+    return all(d["status"].get("observedGeneration") == d["metadata"]["generation"] for d in daemonsets)
+
+
+def settled_node(cluster: Cluster) -> bool:
+    """The node idle in Slurm and its one slurmd pod Ready on the DaemonSet's current revision."""
+    return slurmd_daemonsets_observed(cluster) and current_pod(cluster) is not None and sinfo_node(cluster)[0] == "idle"
+
+
+def wait_until_settled(cluster: Cluster) -> None:
+    wait_until("the node idle in Slurm, its slurmd current", lambda: settled_node(cluster), timeout=420, every=5)
+
+
 def up(world: NodeWorld, config: dict, jobs: Optional[list[dict]] = None) -> None:
     stack = world.stack(STACK, config)
     if jobs is None:
@@ -122,7 +166,9 @@ def up(world: NodeWorld, config: dict, jobs: Optional[list[dict]] = None) -> Non
 @pytest.fixture(scope="module")
 def cluster(node_world: NodeWorld) -> Cluster:
     up(node_world, local_config(node_world))
-    return Cluster(node_world)
+    cluster = Cluster(node_world)
+    wait_until_settled(cluster)  # an earlier module's template change rolls slurmd first (docs/upgrades.md)
+    return cluster
 
 
 # ---------------------------------------------------------------- pods

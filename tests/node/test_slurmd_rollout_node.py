@@ -12,12 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pytest
 
 from node_support import NodeWorld, local_config
-from test_real_node import NODE, SLURM_NS, Cluster, all_ready, up, wait_until
+from test_real_node import NODE, SLURM_NS, Cluster, all_ready, current_pod, current_revision, sinfo_node, up, wait_until, wait_until_settled
 
 pytestmark = pytest.mark.node
 
@@ -32,46 +31,12 @@ def shm_config(world: NodeWorld, size: str) -> dict:
     return config
 
 
-def sinfo_node(cluster: Cluster) -> tuple[str, str]:
-    """(state, reason) of the node as the rollout controller reads them."""
-    line = cluster.slurm("sinfo", "--noheader", "--Node", "--format=%N|%T|%E", "-n", NODE).splitlines()[0]
-    _, state, reason = line.split("|", 2)
-    return state, reason
-
-
 def controller_pod(cluster: Cluster) -> str:
     return cluster.pod(SLURM_NS, "dualsched-slurmd-rollout")["metadata"]["name"]
 
 
 def controller_log(cluster: Cluster) -> str:
     return cluster.world.kubectl("logs", "-n", SLURM_NS, controller_pod(cluster), "-c", "rollout").stdout
-
-
-def current_revision(cluster: Cluster, pod: dict) -> str:
-    """The slurmd DaemonSet's current template hash: its newest ControllerRevision."""
-    owner = next(o["uid"] for o in pod["metadata"]["ownerReferences"] if o.get("controller"))
-    revisions = [r for r in cluster.world.kget("controllerrevisions", "-n", SLURM_NS)["items"]
-                 if any(o["uid"] == owner for o in r["metadata"].get("ownerReferences", []))]  # fmt: skip
-    return max(revisions, key=lambda r: r["revision"])["metadata"]["labels"]["controller-revision-hash"]
-
-
-def current_pod(cluster: Cluster) -> Optional[str]:
-    """The uid of the node's one slurmd pod when it is Ready on the DaemonSet's current revision (while it is
-    replaced there are two, or none)."""
-    pods = [p for p in cluster.pods(SLURM_NS) if p["metadata"]["name"].startswith("dualsched-slurmd-gpu")]
-    if len(pods) != 1 or not all_ready(pods):
-        return None
-    current = pods[0]["metadata"]["labels"]["controller-revision-hash"] == current_revision(cluster, pods[0])
-    return pods[0]["metadata"]["uid"] if current else None
-
-
-def settled_node(cluster: Cluster) -> bool:
-    """The node idle in Slurm and its one slurmd pod Ready on the DaemonSet's current revision."""
-    return current_pod(cluster) is not None and sinfo_node(cluster)[0] == "idle"
-
-
-def wait_until_settled(cluster: Cluster) -> None:
-    wait_until("the node idle in Slurm, its slurmd current", lambda: settled_node(cluster), timeout=420, every=5)
 
 
 @dataclass
