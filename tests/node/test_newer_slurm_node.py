@@ -4,8 +4,10 @@ default (Slinky) images, on the real node.
 The slurm image comes from Debian forky's packages (``DUALSCHED_SLURM_SUITE=forky tools/images.sh``:
 ``dualsched.local/slurm:26.05``); the other images and every pod spec are the ones test_real_node
 runs on 22.05, with ``slurm.release: "26.05"``. The stack is its own (a fresh controller state and
-database: Slurm upgrades state by at most two releases, never from 22.05) and is removed at the end,
-namespaces included, so the modules after this one deploy the 22.05 stack on a clean cluster.
+database: Slurm upgrades state by at most two releases, never from 22.05). It uses the local stack's
+namespaces and names, so the local stack an earlier module left is removed first (two stacks never own
+the same objects, and the local stack's state never lists objects that are gone), and this one is
+removed at the end, namespaces included: the modules after this one deploy the 22.05 stack afresh.
 
 What this does not prove: SchedMD's own images (Slinky's ``slurm*:25.11-ubuntu24.04``, not pullable
 here) with their other paths and accounts; docs/real-node.md lists what differs.
@@ -22,6 +24,7 @@ import pytest
 
 from e2e_support import TIMINGS, TOOLS, tail
 from node_support import NodeWorld, local_config
+from test_real_node import STACK as LOCAL_STACK
 from test_real_node import INFERENCE_NS, JOBS_NS, NODE, SLURM_NS, Cluster, all_ready, finished_job, job_logs, wait_until
 
 pytestmark = pytest.mark.node
@@ -53,10 +56,13 @@ def import_newer_image(world: NodeWorld) -> None:
     TIMINGS.append((f"{IMAGE} built or cached, imported", time.monotonic() - start))
 
 
-def remove_stack(world: NodeWorld) -> None:
+def remove_stack(world: NodeWorld, stack: str) -> None:
     """Everything of the stack, what it keeps on delete too (namespaces and their claims): then the
-    next module's stack starts from nothing. The ClusterName lock is protected on purpose: lift it."""
-    env_cwd = ["--stack", STACK, "--cwd", str(world.project), "--non-interactive"]
+    next stack starts from nothing. The ClusterName lock is protected on purpose: lift it."""
+    env_cwd = ["--stack", stack, "--cwd", str(world.project), "--non-interactive"]
+    listed = json.loads(world.run(["pulumi", "stack", "ls", "--json", "--cwd", str(world.project)]).stdout)
+    if stack not in {entry["name"].rsplit("/", 1)[-1] for entry in listed}:
+        return
     world.run(["pulumi", "state", "unprotect", "--all", "--yes", *env_cwd], check=False)
     destroyed = world.run(["pulumi", "destroy", "--yes", "--skip-preview", *env_cwd], check=False, timeout=600)
     world.kubectl("delete", "namespace", SLURM_NS, JOBS_NS, INFERENCE_NS, "--ignore-not-found", "--wait=true",
@@ -68,6 +74,7 @@ def remove_stack(world: NodeWorld) -> None:
 @pytest.fixture(scope="module")
 def newer(node_world: NodeWorld) -> Iterator[Cluster]:
     import_newer_image(node_world)
+    remove_stack(node_world, LOCAL_STACK)
     stack = node_world.stack(STACK, newer_config(node_world))
     from pulumi import automation as auto
 
@@ -79,7 +86,7 @@ def newer(node_world: NodeWorld) -> Iterator[Cluster]:
         assert result.summary.result == "succeeded", tail(result.stdout)
         yield Cluster(node_world)
     finally:
-        remove_stack(node_world)
+        remove_stack(node_world, STACK)
 
 
 def test_every_pod_runs_and_the_slurm_daemons_are_the_newer_release(newer):

@@ -137,6 +137,8 @@ class Keeper:
 @pytest.fixture(scope="module")
 def keeper(node_world: NodeWorld) -> Iterator[Keeper]:
     keeper = Keeper(node_world)
+    # an earlier module's keeper left its labels (deleting a keeper leaves them): this one starts without
+    forget_our_labels(node_world)
     # someone else's taint and label, set before the keeper exists (kubectl's own field managers)
     node_world.kubectl("taint", "node", NODE, "{key}={value}:{effect}".format(**FOREIGN_TAINT))
     node_world.kubectl("label", "node", NODE, "=".join(FOREIGN_LABEL))
@@ -149,8 +151,14 @@ def keeper(node_world: NodeWorld) -> Iterator[Keeper]:
         # what a failed test may have left of ours too: the keeper is gone, nothing else removes it
         for key, effect in ((FOREIGN_TAINT["key"], FOREIGN_TAINT["effect"]), (OURS["key"], OURS["effect"]), (WINDOW_KEY, "NoExecute")):
             node_world.kubectl("taint", "node", NODE, f"{key}:{effect}-", check=False)
-        node_world.kubectl("label", "node", NODE, *(f"{key}-" for key in (FOREIGN_LABEL[0], *OUR_LABEL_KEYS)), check=False)
-        node_world.kubectl("annotate", "node", NODE, f"{OWNED_ANNOTATION}-", f"{OWNED_LABELS_ANNOTATION}-", check=False)
+        node_world.kubectl("label", "node", NODE, f"{FOREIGN_LABEL[0]}-", check=False)
+        forget_our_labels(node_world)
+
+
+def forget_our_labels(world: NodeWorld) -> None:
+    """The node without any keeper's labels and records."""
+    world.kubectl("label", "node", NODE, *(f"{key}-" for key in OUR_LABEL_KEYS), check=False)
+    world.kubectl("annotate", "node", NODE, f"{OWNED_ANNOTATION}-", f"{OWNED_LABELS_ANNOTATION}-", check=False)
 
 
 @pytest.fixture(scope="module")

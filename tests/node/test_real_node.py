@@ -109,9 +109,13 @@ def all_ready(pods: list[dict]) -> bool:
 
 
 def sinfo_node(cluster: Cluster) -> tuple[str, str]:
-    """(state, reason) of the node as the rollout controller reads them."""
-    line = cluster.slurm("sinfo", "--noheader", "--Node", "--format=%N|%T|%E", "-n", NODE).splitlines()[0]
-    _, state, reason = line.split("|", 2)
+    """(state, reason) of the node as the rollout controller reads them; ("", why) while slurmctld does not
+    answer (a replaced controller, or its name still resolving to the old pod's address)."""
+    result = cluster.exec(SLURM_NS, "slurmctld-0", "slurmctld", "sinfo", "--noheader", "--Node", "--format=%N|%T|%E",
+                          "-n", NODE, check=False)  # fmt: skip
+    if result.returncode != 0 or "|" not in result.stdout:
+        return "", (result.stdout + result.stderr).strip()
+    _, state, reason = result.stdout.splitlines()[0].split("|", 2)
     return state, reason
 
 
