@@ -295,7 +295,9 @@ class SlurmController(pulumi.ComponentResource):
         config, site = args.config, args.site
         watch = node_reader is not None
         return k8s.core.v1.PodSpecArgs(
-            service_account_name=node_reader,
+            # named even without the watcher: the API server copies the deprecated serviceAccount it defaulted
+            # back into an omitted serviceAccountName, so dropping the field would keep a deleted account
+            service_account_name=node_reader if watch else "default",
             automount_service_account_token=False,
             **control_daemon_placement(config),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
