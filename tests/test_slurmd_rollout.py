@@ -30,8 +30,9 @@ def pod(node: str, revision: str = "old", ready: bool = True, deleting: bool = F
     return SlurmdPod(name=f"slurmd-{node}", node=node, revision=revision, current="new", ready=ready, deleting=deleting)
 
 
-def nodes(*entries: tuple[str, str, str]) -> dict[str, SlurmNode]:
-    return {name: SlurmNode(name, state, reason) for name, state, reason in entries}
+def nodes(*entries: tuple) -> dict[str, SlurmNode]:
+    """(name, state, reason[, allocated CPUs])"""
+    return {entry[0]: SlurmNode(*entry) for entry in entries}
 
 
 # ------------------------------------------------------------------ decisions
@@ -92,6 +93,22 @@ def test_a_rollback_before_the_pod_was_replaced_resumes_the_node():
     assert plan([pod("gpu-1", "new")], nodes(("gpu-1", "draining", OURS)), 1, DAY, NOW) == [Resume("gpu-1")]
 
 
+REFUSED = "gres/gpu count reported lower than configured (2 < 4)"
+"""slurmctld's reason when the outdated slurmd registers the GPUs of the pool's old mode."""
+
+
+def test_a_node_slurmctld_refused_after_a_gpu_change_gets_our_drain_within_the_budget():
+    assert plan([pod("gpu-1")], nodes(("gpu-1", "inval", REFUSED)), 1, DAY, NOW) == [Drain("gpu-1", drain_reason("new", NOW))]
+    busy = nodes(("gpu-1", "inval", REFUSED), ("gpu-2", "draining", OURS))
+    assert plan([pod("gpu-1"), pod("gpu-2")], busy, 1, DAY, NOW) == []
+
+
+def test_a_refused_node_with_our_drain_is_replaced_once_its_jobs_end_then_resumed():
+    assert plan([pod("gpu-1")], nodes(("gpu-1", "inval", OURS, 2)), 1, DAY, NOW) == []
+    assert plan([pod("gpu-1")], nodes(("gpu-1", "inval", OURS, 0)), 1, DAY, NOW) == [DeletePod("gpu-1", "slurmd-gpu-1")]
+    assert plan([pod("gpu-1", "new")], nodes(("gpu-1", "drained", OURS)), 1, DAY, NOW) == [Resume("gpu-1")]
+
+
 def test_a_node_slurm_does_not_know_is_left_alone():
     assert plan([pod("gpu-9")], nodes(("gpu-1", "idle", "none")), 1, DAY, NOW) == []
 
@@ -107,10 +124,12 @@ def test_the_drain_reason_carries_its_start_which_survives_a_restart():
 
 
 def test_sinfo_lists_each_node_once_with_its_full_reason():
-    out = "gpu-1|drained|dualsched:upgrade to a since 2026-12-03T20:00:00Z\ngpu-1|drained|dualsched:upgrade to a since 2026-12-03T20:00:00Z\n" \
-          "gpu-2|mixed|none\ngpu-3|draining*|admin: a|b\n"  # fmt: skip
+    out = "gpu-1|drained|0/8/0/8|dualsched:upgrade to a since 2026-12-03T20:00:00Z\n" \
+          "gpu-1|drained|0/8/0/8|dualsched:upgrade to a since 2026-12-03T20:00:00Z\n" \
+          "gpu-2|mixed|2/6/0/8|none\ngpu-3|draining*|4/0/4/8|admin: a|b\ngpu-4|inval|2/0/6/8|gres/gpu count reported lower\n"  # fmt: skip
     parsed = parse_sinfo(out)
-    assert sorted(parsed) == ["gpu-1", "gpu-2", "gpu-3"]
+    assert sorted(parsed) == ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    assert parsed["gpu-4"].invalid and parsed["gpu-4"].draining and parsed["gpu-4"].allocated_cpus == 2
     assert parsed["gpu-1"].drained and parsed["gpu-1"].ours and parsed["gpu-1"].responding
     assert parsed["gpu-3"].draining and not parsed["gpu-3"].responding and parsed["gpu-3"].reason == "admin: a|b"
     assert not parsed["gpu-2"].ours
@@ -170,11 +189,11 @@ def test_a_pass_drains_then_a_later_one_deletes_and_reports_once():
     pods = [{"metadata": {"name": f"p{i}", "ownerReferences": _owned("ds"), "labels": {"controller-revision-hash": "old"}},
              "spec": {"nodeName": f"gpu-{i}"}, "status": {}} for i in (1, 2)]  # fmt: skip
     api, lines = FakeApi(revisions, pods), []
-    slurm = FakeSlurm("gpu-1|idle|none\ngpu-2|idle|none\n")
+    slurm = FakeSlurm("gpu-1|idle|0/8/0/8|none\ngpu-2|idle|0/8/0/8|none\n")
     rollout = Rollout(api, slurm, "slurm", 1, DAY, lines.append)
     rollout.run_pass(NOW)
     assert slurm.calls[1] == ("scontrol", "update", "nodename=gpu-1", "state=drain", f"reason={drain_reason('new', NOW)}")
-    slurm.sinfo = f"gpu-1|drained|{drain_reason('new', NOW)}\ngpu-2|draining|admin: disk\n"
+    slurm.sinfo = f"gpu-1|drained|0/8/0/8|{drain_reason('new', NOW)}\ngpu-2|draining|4/4/0/8|admin: disk\n"
     rollout.run_pass(NOW)
     rollout.run_pass(NOW)
     assert api.deleted == ["/api/v1/namespaces/slurm/pods/p1", "/api/v1/namespaces/slurm/pods/p1"]

@@ -181,6 +181,13 @@ table(rows)
 PY
 pool_label=$(pulumi config get --path 'dualsched:placement.poolLabel' --stack "$STACK" 2>/dev/null || echo dualsched.io/pool)
 namespaces=$(pulumi stack output namespaces --json --stack "$STACK" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin).values()))')
+# pulumi-kubernetes (<= 4.25) may report a StatefulSet updated before its controller saw the new template
+# (pulumi/pulumi-kubernetes#3329, fixed by #4094): wait for slurmctld's and the database's rollout here.
+for ns in $namespaces; do
+  if kubectl get statefulsets -n "$ns" -o name | grep -q .; then
+    kubectl rollout status statefulset -n "$ns" --timeout=5m >/dev/null
+  fi
+done
 kubectl get nodes -o json >"$WORK/.nodes.json"
 for ns in $namespaces; do kubectl get pods -n "$ns" -o json; done | python3 -c "$SUMMARY_PY" "$WORK/.nodes.json" "$pool_label"
 rm -f "$WORK/.nodes.json"

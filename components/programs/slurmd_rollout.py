@@ -11,7 +11,9 @@ pod is outdated, one step at a time:
 3. once the new pod is Ready and Slurm hears from its slurmd again, resume the node.
 
 A node someone else drained (an admin, the health check's ``dualsched:health``) is never resumed: its pod
-is replaced once no job is left on it, and it stays drained. Jobs that outlive the drain deadline are left
+is replaced once no job is left on it, and it stays drained. A node whose outdated slurmd slurmctld refused
+(``INVAL``: a template change moved the pool's GPUs in slurm.conf, and the old slurmd registers the old
+count) is drained like one in service, so it is resumed once the new pod registers. Jobs that outlive the drain deadline are left
 running: the program reports them every pass and goes on waiting (never a wedged node, never a killed
 job); the operator requeues or cancels them. Nothing is remembered between passes: what to do follows
 from what the API server and Slurm show, so a restart anywhere in between picks up where it was (the
@@ -50,6 +52,8 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PASS_SECONDS = 10
 REQUEST_SECONDS = 10
 SLURM_REPLY_SECONDS = 60
+SINFO_FORMAT = "%N|%T|%C|%E"
+"""Name, state, CPUs allocated/idle/other/total (jobs hold CPUs), reason last (it may hold ``|``)."""
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 Log = Callable[[str], None]
@@ -60,20 +64,26 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """A node as ``sinfo --Node --format=%N|%T|%E`` shows it (state in lower case, reason or "none")."""
+    """A node as ``sinfo --Node --format=SINFO_FORMAT`` shows it (state in lower case, reason or "none")."""
 
     name: str
     state: str
     reason: str
+    allocated_cpus: int = 0
+
+    @property
+    def invalid(self) -> bool:
+        """INVAL: slurmctld refused its slurmd's registration (and drained it); the state hides DRAIN."""
+        return self.state.startswith("inval")
 
     @property
     def drained(self) -> bool:
         """Drained and no job left on it: DRAINED; DRAINING while jobs still run or complete."""
-        return self.state.startswith("drained")
+        return self.state.startswith("drained") or (self.invalid and self.allocated_cpus == 0)
 
     @property
     def draining(self) -> bool:
-        return self.state.startswith("draining")
+        return self.state.startswith("draining") or (self.invalid and self.allocated_cpus > 0)
 
     @property
     def responding(self) -> bool:
@@ -105,8 +115,8 @@ def parse_sinfo(output: str) -> dict[str, SlurmNode]:
     nodes = {}
     for line in output.splitlines():
         if line.strip():
-            name, state, reason = line.split("|", 2)
-            nodes[name] = SlurmNode(name, state.strip().lower(), reason.strip())
+            name, state, cpus, reason = line.split("|", 3)
+            nodes[name] = SlurmNode(name, state.strip().lower(), reason.strip(), int(cpus.split("/")[0]))
     return nodes
 
 
@@ -223,7 +233,10 @@ def plan(pods: list[SlurmdPod], nodes: Mapping[str, SlurmNode], max_unavailable:
             if node.ours and pod.ready and node.responding:
                 actions.append(Resume(name))
             continue
-        if node.drained or node.draining:
+        # INVAL under another reason: slurmctld refused the outdated slurmd (it reports the old GPUs), a state
+        # the rollout itself causes; drained like a node in service, it is resumed once the new pod registers
+        refused = node.invalid and not node.ours
+        if (node.drained or node.draining) and not refused:
             step = _step(pod, node, deadline, now)
             if step is not None:
                 actions.append(step)
@@ -314,7 +327,7 @@ class Rollout:
         selector = urllib.parse.quote(SLURMD_SELECTOR)
         revisions = current_revisions(self.api.list(f"/apis/apps/v1/namespaces/{self.namespace}/controllerrevisions?labelSelector={selector}"))
         pods = slurmd_pods(self.api.list(f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={selector}"), revisions)
-        nodes = parse_sinfo(self.slurm.run("sinfo", "--noheader", "--Node", "--format=%N|%T|%E"))
+        nodes = parse_sinfo(self.slurm.run("sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}"))
         return pods, nodes
 
     def act(self, action: Action) -> None:

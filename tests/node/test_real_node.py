@@ -165,6 +165,9 @@ def up(world: NodeWorld, config: dict, jobs: Optional[list[dict]] = None) -> Non
     result = stack.up(on_output=lambda _: None, color="never")
     TIMINGS.append((f"pulumi up of the local stack ({result.summary.result})", time.monotonic() - start))
     assert result.summary.result == "succeeded", tail(result.stdout)
+    # the provider may call a StatefulSet updated before its controller saw the new template
+    # (pulumi/pulumi-kubernetes#3329): slurmctld's replacement would then start under the next test
+    world.kubectl("rollout", "status", "statefulset", "-n", SLURM_NS, "--timeout=300s", timeout=330)
 
 
 @pytest.fixture(scope="module")
