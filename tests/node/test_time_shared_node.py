@@ -97,7 +97,7 @@ def _reservation_starts_at(cluster: Cluster, start: dt.datetime) -> bool:
 @pytest.fixture(scope="module")
 def window(node_world: NodeWorld) -> Window:
     cluster = Cluster(node_world)
-    up(node_world, local_config(node_world))  # partitioned, as test_real_node leaves it (a no-op after it)
+    up(node_world, local_config(node_world))  # partitioned, the mode an operator switches from
     _switch_to_time_shared(node_world, cluster)
     start = _window_start()
     up(node_world, time_shared_config(node_world, start))  # only the window moves: no pod restarts
