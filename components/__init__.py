@@ -1,6 +1,8 @@
 """dualsched's Pulumi components, one module per component (import them as dualsched.components)."""
 
-# The checkout's components/ is the source of dualsched.components; imported top-level too, its modules would load
-# twice (two StackConfig classes, two registries of components), so that import is refused.
+# The checkout's components/ is the source of dualsched.components. Imported top-level (`python -m components.<tool>` in a
+# checkout), it and its modules are the dualsched.components ones under a second name, never a second copy.
 if __name__ != "dualsched.components":
-    raise ImportError(f"import dualsched.components, not {__name__}: components/ is its source folder")
+    import dualsched
+
+    dualsched.alias_source_folder(__name__)

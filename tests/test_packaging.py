@@ -159,3 +159,26 @@ def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(co
                   "print(sorted(p.name for p in pack.iterdir() if p.suffix in ('.yaml', '.json', '.txt')), callable(example.main))")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['PulumiPolicy.yaml', 'config.prod.json', 'requirements.txt'] True\n"
+
+
+# ------------------------------------------------------------------ the checkout's own folders
+
+
+def _in_checkout(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_in_the_checkout_components_and_config_are_the_dualsched_modules_not_copies():
+    probe = ("import components.controller, config.models, dualsched.components.controller as c, dualsched.config.models as m;"
+             "print(components.controller is c, config.models is m)")
+    run = _in_checkout("-c", probe)
+    assert run.stdout.split() == ["True", "True"], run.stdout + run.stderr
+
+
+def test_in_the_checkout_python_m_components_render_writes_what_the_dualsched_name_writes(tmp_path):
+    for module, out in (("components.render", "short"), ("dualsched.components.render", "full")):
+        run = _in_checkout("-m", module, "--stack", "dev", "--out", str(tmp_path / out))
+        assert run.returncode == 0, run.stdout + run.stderr
+    short, full = (sorted(p.relative_to(tmp_path / d) for p in (tmp_path / d).rglob("*") if p.is_file()) for d in ("short", "full"))
+    assert short == full and short
+    assert all((tmp_path / "short" / f).read_bytes() == (tmp_path / "full" / f).read_bytes() for f in short)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
+from dualsched.components.programs.slurmd_rollout import SINFO_FORMAT, parse_sinfo
 from dualsched.config.quantities import parse_quantity
 from node_support import (
     GPU_MAJOR, GPU_PROBE, GPU_PROBE_PREFIX, JOB_USER_UID, NodeWorld, gpu_files_in, gpu_probe_results,
@@ -111,12 +112,12 @@ def all_ready(pods: list[dict]) -> bool:
 def sinfo_node(cluster: Cluster) -> tuple[str, str]:
     """(state, reason) of the node as the rollout controller reads them; ("", why) while slurmctld does not
     answer (a replaced controller, or its name still resolving to the old pod's address)."""
-    result = cluster.exec(SLURM_NS, "slurmctld-0", "slurmctld", "sinfo", "--noheader", "--Node", "--format=%N|%T|%E",
+    result = cluster.exec(SLURM_NS, "slurmctld-0", "slurmctld", "sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}",
                           "-n", NODE, check=False)  # fmt: skip
-    if result.returncode != 0 or "|" not in result.stdout:
+    node = parse_sinfo(result.stdout).get(NODE) if result.returncode == 0 else None
+    if node is None:
         return "", (result.stdout + result.stderr).strip()
-    _, state, reason = result.stdout.splitlines()[0].split("|", 2)
-    return state, reason
+    return node.state, node.reason
 
 
 def current_revision(cluster: Cluster, pod: dict) -> str:
