@@ -40,7 +40,6 @@ _REF = "$flat-ref"
 _K8S_MODULES = {"core": k8s.core.v1, "apps": k8s.apps.v1, "networking": k8s.networking.v1, "rbac": k8s.rbac.v1,
                 "policy": k8s.policy.v1, "autoscaling": k8s.autoscaling.v2, "batch": k8s.batch.v1,
                 "storage": k8s.storage.v1, "scheduling": k8s.scheduling.v1}
-_RANDOM_ATTRS = {"random:index/randomBytes:RandomBytes": ("base64", "hex"), "random:index/randomPassword:RandomPassword": ("result",)}
 
 
 def _snake(name: str) -> str:
@@ -91,11 +90,11 @@ def capture(config: StackConfig) -> dict[str, Any]:
     for i, r in enumerate(custom):
         if r.type.startswith("kubernetes:") and not (r.inputs.get("metadata") or {}).get("name"):
             tokens[_auto_name(r.name, f"{r.type}::{r.name}")] = (i, "name")
-    # generated secret values -> the Random resource's output (the render consumes them in order)
-    generated = iter(render.generated_secrets)
+    # generated secret values -> the Random resource's output that carries them (by resource, not by order:
+    # registrations and mock calls interleave differently from one render to the next)
     for i, r in enumerate(custom):
-        for attr in _RANDOM_ATTRS.get(r.type, ()):
-            tokens[next(generated)] = (i, attr)
+        for attr, value in render.generated.get((r.type, r.name), {}).items():
+            tokens[value] = (i, attr)
 
     def mark(value: Any, refs: set[int]) -> Any:
         if isinstance(value, dict):

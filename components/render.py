@@ -116,11 +116,16 @@ class Render:
     objects: list[RenderedObject] = field(default_factory=list)
     registrations: list[Registration] = field(default_factory=list)
     component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    generated_secrets: list[str] = field(default_factory=list)
+    generated: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    """The values the Random resources generated, by (type, name) and output attribute."""
     slurm_files: dict[str, str] = field(default_factory=dict)
     """The files of the program's one Slurm config ConfigMap; empty without one (or with several)."""
     transforms: list[str] = field(default_factory=list)
     """Transforms the program registered, which the engine would run and the render does not."""
+
+    @property
+    def generated_secrets(self) -> list[str]:
+        return [value for outputs in self.generated.values() for value in outputs.values()]
 
     @property
     def slurm_conf_hash(self) -> str:
@@ -181,15 +186,17 @@ class RenderMocks(pulumi.runtime.Mocks):
         state = plain(dict(args.inputs))
         if args.typ == "random:index/randomBytes:RandomBytes":
             raw = secrets.token_bytes(int(state["length"]))
-            state.update(base64=base64.b64encode(raw).decode(), hex=raw.hex())
-            self.render.generated_secrets += [state["base64"], state["hex"]]
+            self._generated(args, state, base64=base64.b64encode(raw).decode(), hex=raw.hex())
         elif args.typ == "random:index/randomPassword:RandomPassword":
             alphabet = string.ascii_letters + string.digits
-            state["result"] = "".join(secrets.choice(alphabet) for _ in range(int(state["length"])))
-            self.render.generated_secrets.append(state["result"])
+            self._generated(args, state, result="".join(secrets.choice(alphabet) for _ in range(int(state["length"]))))
         elif args.typ.startswith("kubernetes:"):
             self._kubernetes(args, state)
         return f"{args.name}-id", state
+
+    def _generated(self, args: pulumi.runtime.MockResourceArgs, state: dict[str, Any], **outputs: str) -> None:
+        state.update(outputs)
+        self.render.generated[(args.typ, args.name)] = outputs
 
     def _kubernetes(self, args: pulumi.runtime.MockResourceArgs, state: dict[str, Any]) -> None:
         metadata = dict(state.get("metadata") or {})
