@@ -223,19 +223,25 @@ class World:
                 "status": {"capacity": capacity, "allocatable": capacity, "phase": "Running"},
             } for name in names[chunk:chunk + 512]]
             self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-        self._wait_ready(len(names))
+        self._wait_schedulable(len(names))
 
-    def _wait_ready(self, count: int, timeout: float = 900) -> None:
-        """Until ``count`` fleet nodes are Ready: one list per poll (`kubectl wait` watches the nodes one after
-        another, minutes at 4,096 nodes)."""
-        ready = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'
-        deadline = time.monotonic() + timeout
+    def _wait_schedulable(self, count: int, timeout: float = 900) -> None:
+        """Until ``count`` fleet nodes are schedulable: Ready, and the controller-manager has lifted the
+        ``node.kubernetes.io/not-ready`` taint every new node is created with (minutes after Ready at 4,096
+        nodes: pods would wait behind it). One list per poll (`kubectl wait` watches the nodes one by one)."""
+        state = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.spec.taints[*].key}{"\\n"}{end}'
+        start = time.monotonic()
+        deadline, ready_logged = start + timeout, False
         while True:
-            statuses = self.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", f"jsonpath={ready}").stdout.split()
-            if statuses.count("True") >= count:
+            nodes = self.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", f"jsonpath={state}").stdout.splitlines()
+            schedulable = nodes.count("True/")
+            if schedulable >= count:
                 return
+            if not ready_logged and sum(n.startswith("True/") for n in nodes) >= count:
+                ready_logged = True
+                log(f"{count} fleet nodes Ready after {time.monotonic() - start:.0f}s, {count - schedulable} still tainted not-ready")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{statuses.count('True')} of {count} fleet nodes Ready after {timeout:.0f}s")
+                raise RuntimeError(f"{schedulable} of {count} fleet nodes Ready and untainted after {timeout:.0f}s")
             time.sleep(2)
 
     def _rwx_volumes(self) -> None:
