@@ -226,20 +226,25 @@ class World:
         self._wait_schedulable(len(names))
 
     def _wait_schedulable(self, count: int, timeout: float = 900) -> None:
-        """Until ``count`` fleet nodes are schedulable: Ready, and the controller-manager has lifted the
-        ``node.kubernetes.io/not-ready`` taint every new node is created with (minutes after Ready at 4,096
-        nodes: pods would wait behind it). One list per poll (`kubectl wait` watches the nodes one by one)."""
+        """Until ``count`` fleet nodes are schedulable: Ready and without the ``node.kubernetes.io/not-ready``
+        taint the API server puts on every new node. The controller-manager lifts it once a node is Ready,
+        at 3-5 nodes a second here (its client's rate limit, on a busy API server): 15 minutes at 4,096 nodes,
+        which pods created meanwhile would wait behind, so the bench lifts it itself, as the controller would,
+        once every node is Ready. One list per poll (`kubectl wait` watches the nodes one by one)."""
         state = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.spec.taints[*].key}{"\\n"}{end}'
         start = time.monotonic()
-        deadline, ready_logged = start + timeout, False
+        deadline, lifted = start + timeout, False
         while True:
             nodes = self.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", f"jsonpath={state}").stdout.splitlines()
             schedulable = nodes.count("True/")
             if schedulable >= count:
                 return
-            if not ready_logged and sum(n.startswith("True/") for n in nodes) >= count:
-                ready_logged = True
-                log(f"{count} fleet nodes Ready after {time.monotonic() - start:.0f}s, {count - schedulable} still tainted not-ready")
+            if not lifted and sum(n.startswith("True/") for n in nodes) >= count:
+                lifted = True
+                log(f"{count} fleet nodes Ready after {time.monotonic() - start:.0f}s; lifting the not-ready taint of {count - schedulable}")
+                # nodes the controller cleared meanwhile make kubectl exit 1 ("not found"); the next list tells
+                self.kubectl("taint", "nodes", "-l", "nvidia.com/gpu.present=true", "node.kubernetes.io/not-ready:NoSchedule-",
+                             check=False, timeout=900)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{schedulable} of {count} fleet nodes Ready and untainted after {timeout:.0f}s")
             time.sleep(2)
