@@ -529,6 +529,7 @@ def report(rows: list[dict], command: str) -> str:
         f"KWOK fake nodes, fresh for each program; {_runs(rows)}. `library` = components.program.build,",
         "`flat` = bench/flat_program.py (the same objects and options by direct constructors). CPU = the whole pulumi",
         "process tree; peak RSS = engine / program (language host + Python) / providers, summed per-process peaks;",
+        "held at once = the largest sum of the tree's current RSS over the samples (what the machine must hold);",
         "API requests = what the provider's own user had dispatched by the API server during the operation.",
         "",
         table(rows),
