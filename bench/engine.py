@@ -16,9 +16,13 @@ e2e tier (tools/pulumi-env.sh), it runs and measures:
   conf      `pulumi up --yes` after a slurm.conf-only change (variant ``conf``)
   destroy   `pulumi destroy --yes` (after an untimed `pulumi state unprotect --all`)
 
+The no-op operations run ``--repeat`` times (3) and report medians. The fleet's nodes are made
+schedulable (Ready, not-ready taint lifted) before any clock starts.
+
 Per operation: wall time; CPU time of the whole pulumi process tree (engine, language host and
 program, providers: wait4's rusage); peak RSS (VmHWM, sampled from /proc every 0.2 s) of the engine
-(`pulumi`), of the program (language host + Python) and of the providers; the state file's size
+(`pulumi`), of the program (language host + Python) and of the providers, and the most the tree held
+at once (the largest sum of its current RSS over the samples); the state file's size
 afterwards; API requests the program's provider made (counted by the API server: the provider
 authenticates as its own user, which a FlowSchema of its own classifies, and
 ``apiserver_flowcontrol_dispatched_requests_total`` for that FlowSchema is read before and after).
