@@ -232,7 +232,7 @@ class World:
     def _wait_schedulable(self, count: int, timeout: float = 900) -> None:
         """Until ``count`` fleet nodes are schedulable: Ready and without the ``node.kubernetes.io/not-ready``
         taint the API server puts on every new node. The controller-manager lifts it once a node is Ready,
-        at 3-5 nodes a second here (its client's rate limit, on a busy API server): 15 minutes at 4,096 nodes,
+        at 3-5 nodes a second here (on a busy API server): 15 minutes at 4,096 nodes,
         which pods created meanwhile would wait behind, so the bench lifts it itself, as the controller would,
         once every node is Ready. One list per poll (`kubectl wait` watches the nodes one by one)."""
         state = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.spec.taints[*].key}{"\\n"}{end}'
