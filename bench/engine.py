@@ -523,12 +523,12 @@ def verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
-def report(rows: list[dict], command: str) -> str:
+def report(rows: list[dict], command: str, sizes) -> str:
     machine = f"{platform.node() or 'this machine'}: {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB RAM, Linux {platform.release()}, load average {os.getloadavg()[0]:.1f} at the end"
     return "\n".join([
         "# Benchmark through the real engine",
         "",
-        f"Produced by `{command}` on {machine}{_earlier(rows, command)}. Pulumi CLI and providers of the e2e tier (docs/toolchain.md),",
+        f"Produced by `{command}` on {machine}{_earlier(rows, sizes)}. Pulumi CLI and providers of the e2e tier (docs/toolchain.md),",
         "file backend, a private local control plane (etcd, kube-apiserver, controller-manager, scheduler v1.36.3) with",
         f"KWOK fake nodes, fresh for each program; {_runs(rows)}. `library` = components.program.build,",
         "`flat` = bench/flat_program.py (the same objects and options by direct constructors). CPU = the whole pulumi",
@@ -543,10 +543,10 @@ def report(rows: list[dict], command: str) -> str:
     ])
 
 
-def _earlier(rows: list[dict], command: str) -> str:
-    """Which sizes' rows come from earlier runs (bench/engine-results.json keeps the last run of each size)."""
-    ran = {int(n) for n in command.split("--sizes")[1].split()} if "--sizes" in command else set(SIZES)
-    earlier = sorted({r["nodes"] for r in rows} - ran)
+def _earlier(rows: list[dict], sizes) -> str:
+    """Which sizes' rows come from earlier runs than this one's ``sizes`` (bench/engine-results.json keeps
+    the last run of each size)."""
+    earlier = sorted({r["nodes"] for r in rows} - set(sizes))
     return f" (the {', '.join(f'{n:,}' for n in earlier)}-node rows: earlier runs on the same machine)" if earlier else ""
 
 
@@ -558,7 +558,7 @@ def _runs(rows: list[dict]) -> str:
             repeats.setdefault(r.get("runs", 1), set()).add(r["nodes"])
     parts = [f"{'one run' if runs == 1 else f'median of {runs} runs'} at {', '.join(f'{n:,}' for n in sorted(sizes))} nodes"
              for runs, sizes in sorted(repeats.items())]
-    return "one run per cell" + (f" (no-op operations: {'; '.join(parts)})" if any(r.get("runs", 1) > 1 for r in rows) else "")
+    return "one run per cell" + (f" (no-op operations: {'; '.join(parts)})" if max(repeats, default=1) > 1 else "")
 
 
 def _mem_gib() -> float:
@@ -595,7 +595,7 @@ def main(argv=None) -> int:
                 args.json.write_text(json.dumps(keep + rows, indent=1))
         if not args.no_write:
             rows = json.loads(args.json.read_text())
-    text = report(rows, command)
+    text = report(rows, command, args.sizes)
     print(text)
     if not args.no_write:
         args.out.write_text(text)
