@@ -7,10 +7,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS_CACHE ?= $(HOME)/.cache/dualsched-tools
+# real nodes of `make up`'s cluster, each in network and mount namespaces of its own (tools/node.sh)
+NODES ?= 3
 export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 
 .PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
-        test test-unit test-slurm test-e2e test-node images bench bench-engine clean package-schema
+        test test-unit test-slurm test-e2e test-node test-multinode images bench bench-engine clean package-schema
 
 help:
 	@sed -n '2,4p' Makefile
@@ -34,10 +36,10 @@ render-prod: venv
 tools:
 	tools/build-tools.sh
 
-# the control plane without fake nodes, and this machine as its one real node
+# the control plane without fake nodes, and $(NODES) real nodes joined to it
 cluster: tools
 	tools/cluster.sh up none
-	tools/node.sh up
+	DUALSCHED_NODES=$(NODES) tools/node.sh up
 
 cluster-down:
 	tools/node.sh down
@@ -46,8 +48,10 @@ cluster-down:
 up: venv tools cluster
 	tools/up.sh
 
+# destroys the stack, then stops the nodes and the control plane: nothing of `make up` keeps running
 down: venv
-	tools/up.sh destroy
+	if tools/cluster.sh status >/dev/null 2>&1; then tools/up.sh destroy; fi
+	$(MAKE) cluster-down
 
 slurm-deps:
 	scripts/install-slurm.sh
@@ -57,7 +61,7 @@ checkov:
 
 ## Tests
 test-unit: venv checkov
-	$(PY) -m pytest -m "not slurm and not e2e and not node"
+	$(PY) -m pytest -m "not slurm and not e2e and not node and not multinode"
 
 test-slurm: venv slurm-deps
 	$(PY) -m pytest -m slurm tests/slurm
@@ -69,6 +73,10 @@ test-e2e: venv tools
 # the real-node tier starts (and stops) a control plane and a real node of its own
 test-node: venv tools images
 	$(PY) -m pytest -m node tests/node
+
+# the real multi-node tier: a control plane and three namespaced real nodes of its own
+test-multinode: venv tools images
+	$(PY) -m pytest -m multinode tests/multinode
 
 ## Container images of the real node, from Debian packages (cached in $(TOOLS_CACHE)/images)
 images:

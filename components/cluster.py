@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 import pulumi
 
@@ -29,6 +29,15 @@ from dualsched.config.models import StackConfig
 SLURM, INFERENCE, JOBS = "slurm", "inference", "jobs"
 
 
+def storage_consumers(config: StackConfig, namespaces: Mapping[str, pulumi.Output[str]]) -> dict[str, StorageConsumer]:
+    """Who mounts the shared file system: Slurm all of it, read-write; inference its models directory only,
+    read-only. Jobs reach it through Slurm, as their user; the submitting pod needs none."""
+    consumers = {SLURM: StorageConsumer(namespaces[SLURM], read_only=False)} if SLURM in namespaces else {}
+    if INFERENCE in namespaces:
+        consumers[INFERENCE] = StorageConsumer(namespaces[INFERENCE], read_only=True, directory=config.storage.models_path)
+    return consumers
+
+
 class DualScheduledCluster(pulumi.ComponentResource):
     """Composes the components the config asks for; data flows one way, from the config to the objects.
 
@@ -51,12 +60,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         namespaces = self._namespaces(name, config)
         storage = SharedStorageVolumes(
             f"{name}-shared",
-            SharedStorageVolumesArgs(
-                config.storage,
-                # Jobs reach the shared file system through Slurm, as their user; the submitting pod needs none.
-                {key: StorageConsumer(ns, read_only=key == INFERENCE) for key, ns in namespaces.items() if key != JOBS},
-                config.protect_state,
-            ),
+            SharedStorageVolumesArgs(config.storage, storage_consumers(config, namespaces), config.protect_state),
             opts=child(self),
         )
         # Labels and taints are kept by an in-cluster program, which shares each node's taint list with other

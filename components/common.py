@@ -63,18 +63,31 @@ def tolerations_for(taints: tuple[Taint, ...]) -> list[k8s.core.v1.TolerationArg
     ]
 
 
-def control_daemon_placement(config: StackConfig) -> dict:
+def control_daemon_placement(config: StackConfig, spread: Optional[dict[str, str]] = None) -> dict:
     """Where Slurm's control daemons run (PodSpecArgs keyword arguments): preferably off the GPU
     pools, and never evicted by the closed-window taint, which exists to move model servers off a
     time-shared node, not the controller or the database a running job reports to. Tolerated with or
-    without a window, so switching a pool to time-shared restarts none of them."""
-    return {"affinity": off_gpu_pools(config.placement.pool_label), "tolerations": tolerations_for((config.window_taint,))}
+    without a window, so switching a pool to time-shared restarts none of them. Replicas labelled
+    ``spread`` (the primary and backup slurmctld) prefer different nodes: a lost node takes one."""
+    return {"affinity": off_gpu_pools(config.placement.pool_label, spread), "tolerations": tolerations_for((config.window_taint,))}
 
 
-def off_gpu_pools(pool_label: str) -> k8s.core.v1.AffinityArgs:
+def off_gpu_pools(pool_label: str, spread: Optional[dict[str, str]] = None) -> k8s.core.v1.AffinityArgs:
     """Prefer nodes outside every GPU pool: control daemons should not take a GPU node's CPU
-    and memory from jobs, yet still schedule on a cluster that has nothing else."""
+    and memory from jobs, yet still schedule on a cluster that has nothing else. Preferred, not
+    required, for ``spread`` too: a one-node cluster still runs both controllers."""
     return k8s.core.v1.AffinityArgs(
+        pod_anti_affinity=None if spread is None else k8s.core.v1.PodAntiAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.WeightedPodAffinityTermArgs(
+                    weight=100,
+                    pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
+                        topology_key="kubernetes.io/hostname",
+                        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=spread),
+                    ),
+                )
+            ]
+        ),
         node_affinity=k8s.core.v1.NodeAffinityArgs(
             preferred_during_scheduling_ignored_during_execution=[
                 k8s.core.v1.PreferredSchedulingTermArgs(

@@ -118,6 +118,21 @@ GRANT_MKNOD_ON_HELD_DEVICES = (
 )
 
 
+def wait_for_the_primary(site: Site, seconds: int) -> str:
+    """With a backup controller, slurmd first gives the primary up to SlurmctldTimeout to accept connections.
+    slurmd fetches its config before it knows SlurmctldTimeout: a primary that refuses (still starting: both
+    controllers start together) sends it to the backup, whose "in standby" answer makes it sleep 60 s and
+    retry for up to 180 s (slurm_send_recv_controller_msg, the built-in 120 s timeout), then exit; every
+    node restarted once. A primary that stays away is the backup's to replace after SlurmctldTimeout, so
+    slurmd goes on then. bash for /dev/tcp: the Slurm images have it."""
+    primary = site.controller_hosts[0]
+    address = f"{primary.address or primary.name}/{site.slurmctld_port}"
+    return (
+        f"waited=0; until timeout 2 bash -c 'exec 3<>/dev/tcp/{address}' 2>/dev/null || [ $waited -ge {seconds} ];"
+        " do sleep 2; waited=$((waited + 2)); done"
+    )
+
+
 def enroot_directories(containers: PoolContainers) -> str:
     """Enroot's directories on the node, world-writable and sticky like /tmp: each job user makes
     its own in them (enroot.conf), and none can remove another's. The paths are words the shell
@@ -127,10 +142,13 @@ def enroot_directories(containers: PoolContainers) -> str:
 
 
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
-    """slurmd in the foreground; unprivileged, after making its own cgroup writable; with Enroot's
-    directories ready where the pool runs containers."""
+    """slurmd in the foreground; once the primary controller answers (or has had its time) when there is a
+    backup; unprivileged, after making its own cgroup writable; with Enroot's directories ready where the
+    pool runs containers."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
     steps = []
+    if len(site.controller_hosts) > 1:
+        steps.append(wait_for_the_primary(site, config.slurm.controller.slurmctld_timeout))
     if isolates_gpus(pool):
         steps.append(REMOUNT_CGROUPS_WRITABLE)
         if config.slurm.cgroup_version is CgroupVersion.V1:

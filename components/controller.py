@@ -299,7 +299,7 @@ class SlurmController(pulumi.ComponentResource):
             # back into an omitted serviceAccountName, so dropping the field would keep a deleted account
             service_account_name=node_reader if watch else "default",
             automount_service_account_token=False,
-            **control_daemon_placement(config),
+            **control_daemon_placement(config, spread=labels(CONTROLLER_SERVICE, config.slurm.cluster_name) if config.slurm.controller.ha else None),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
             init_containers=[
                 munged_sidecar(config.images.slurmd),

@@ -228,7 +228,8 @@ class ModelServer(pulumi.ComponentResource):
                         pre_stop=k8s.core.v1.LifecycleHandlerArgs(sleep=k8s.core.v1.SleepActionArgs(seconds=DRAIN_SECONDS))
                     ),
                     volume_mounts=[
-                        mount("models", MODELS_MOUNT, read_only=True, sub_path=config.storage.models_path),
+                        # The claim's volume is the models directory itself (components/storage.py): mounted whole.
+                        mount("models", MODELS_MOUNT, read_only=True),
                         mount("tmp", "/tmp"),
                         mount("shm", "/dev/shm"),
                     ],

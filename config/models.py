@@ -10,6 +10,7 @@ Models are frozen: once validated, a config is never changed downstream.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from enum import Enum
 from typing import Annotated, Any, Mapping, Optional
@@ -395,6 +396,9 @@ class Controller(Model):
     """slurmctld container resources."""
     state_storage: StateStorage = StateStorage()
     """Persistent state (jobs, reservations, node state) that must survive restarts."""
+    slurmctld_timeout: int = Field(120, ge=3, le=65533)
+    """Seconds the backup waits for an unresponsive primary before it takes over (SlurmctldTimeout; Slurm's
+    default 120). Lower it only where a slow primary would rather lose control than stall jobs."""
 
 
 class SlurmdRollout(Model):
@@ -812,6 +816,11 @@ GpfsUuid = Annotated[
 BeegfsHost = Annotated[HostName, AfterValidator(_without_port_or_ipv6)]
 
 
+def path_under(root: str, directory: Optional[str]) -> str:
+    """``directory`` (a RelativePath: no '..') under the absolute ``root``; ``root`` itself without one."""
+    return posixpath.join(root, directory) if directory else root
+
+
 class LustreMgsNode(Model):
     """A node the Lustre management service (MGS) runs on."""
 
@@ -838,8 +847,13 @@ class LustreStorage(Model):
     def volume_handle(self) -> str:
         """The mount source as mount.lustre(8) takes it: '<mgsnode>[:<mgsnode>]:/<fsname>[/<subdir>]',
         each mgsnode '<nid>[,<nid>]'."""
+        return self.volume_handle_of(None)
+
+    def volume_handle_of(self, directory: Optional[str]) -> str:
+        """The handle of ``directory`` of the shared one (None: the shared one): a subdirectory mount
+        of it, which reaches nothing above it."""
         mgs = ":".join(",".join(node.nids) for node in self.mgs_nodes)
-        return f"{mgs}:/" + "/".join(part for part in (self.fs_name, self.subdirectory) if part)
+        return f"{mgs}:/" + "/".join(part for part in (self.fs_name, self.subdirectory, directory) if part)
 
 
 class GpfsStorage(Model):
@@ -868,7 +882,12 @@ class GpfsStorage(Model):
         """The static volume handle of CSI 2.5.0 and later, '<storage class type>;<volume type>;<cluster id>;
         <file system uuid>;<consistency group>;<fileset>;<path>': classic (0), directory-based (0), with no
         consistency group or fileset. AbsolutePath holds no ';'."""
-        return f"0;0;{self.cluster_id};{self.filesystem_uuid};;;{self.path}"
+        return self.volume_handle_of(None)
+
+    def volume_handle_of(self, directory: Optional[str]) -> str:
+        """The handle of ``directory`` of the shared one (None: the shared one): the driver bind-mounts
+        the handle's path, nothing above it."""
+        return f"0;0;{self.cluster_id};{self.filesystem_uuid};;;{path_under(self.path, directory)}"
 
 
 class BeegfsStorage(Model):
@@ -885,7 +904,12 @@ class BeegfsStorage(Model):
     @property
     def volume_handle(self) -> str:
         """'beegfs://<sysMgmtdHost><path>', the URL the driver parses (AbsolutePath needs no escaping)."""
-        return f"beegfs://{self.sys_mgmtd_host}{self.path}"
+        return self.volume_handle_of(None)
+
+    def volume_handle_of(self, directory: Optional[str]) -> str:
+        """The handle of ``directory`` of the shared one (None: the shared one): the driver bind-mounts
+        the URL's directory, nothing above it."""
+        return f"beegfs://{self.sys_mgmtd_host}{path_under(self.path, directory)}"
 
 
 class HostPathStorage(Model):

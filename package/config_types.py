@@ -83,6 +83,9 @@ class Controller(TypedDict):
     """slurmctld container resources."""
     state_storage: NotRequired[pulumi.Input[StateStorage]]
     """Persistent state (jobs, reservations, node state) that must survive restarts."""
+    slurmctld_timeout: NotRequired[pulumi.Input[int]]
+    """Seconds the backup waits for an unresponsive primary before it takes over (SlurmctldTimeout; Slurm's
+default 120). Lower it only where a slow primary would rather lose control than stall jobs."""
 
 
 class Partition(TypedDict):

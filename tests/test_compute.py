@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
 
 import pytest
 
-from dualsched.components.compute import GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources
+from dualsched.components.compute import (
+    GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources, wait_for_the_primary,
+)
+from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
 from dualsched.config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
@@ -152,6 +157,42 @@ def test_the_mknod_grant_writes_one_rule_per_held_device(tmp_path):
     assert result.returncode == 0, result.stderr
     assert log.read_text() == "c 195:2 rwm\nc 195:3 rwm\n"
     assert (tmp_path / "devices.allow").read_text() == "c 195:3 rwm\n"
+
+
+@pytest.mark.parametrize(("stack", "waits"), [("dev", False), ("prod", True)])
+def test_with_a_backup_slurmd_first_waits_for_the_primary(stack, waits):
+    for daemonset in _daemonsets(render_stack(stack)).values():
+        command = container(daemonset, "slurmd")["command"][2]
+        assert ("/dev/tcp/slurmctld-0.slurmctld.slurm.svc.cluster.local/6817" in command) is waits
+        if waits:
+            assert command.index("/dev/tcp/") < command.index('exec "$@"')
+
+
+def _site_on(port: int) -> Site:
+    """A primary on this machine's loopback, at ``port``."""
+    hosts = (ControllerHost(name="127.0.0.1"), ControllerHost(name="backup.invalid"))
+    return Site(controller_hosts=hosts, accounting_host="", dbd_host="", database=DatabaseEndpoint(host=""), slurmctld_port=port)
+
+
+def test_the_wait_ends_as_soon_as_the_primary_accepts():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        script = wait_for_the_primary(_site_on(listener.getsockname()[1]), 60)
+        start = time.monotonic()
+        result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - start < 5
+
+
+def test_a_primary_that_never_answers_is_given_up_on_after_the_timeout():
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # closed again: connections are refused
+    start = time.monotonic()
+    result = subprocess.run(["sh", "-c", wait_for_the_primary(_site_on(port), 4)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert 4 <= time.monotonic() - start < 15
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

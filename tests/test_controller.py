@@ -336,6 +336,33 @@ def test_address_output_is_the_first_controller():
     assert outputs["statefulset_name"] == "slurmctld"
 
 
+@pytest.mark.parametrize(("stack", "ha"), [("dev", False), ("prod", True)])
+def test_the_primary_and_the_backup_prefer_different_nodes(stack, ha):
+    """A lost node takes one controller, not both; preferred, so a one-node cluster still runs both."""
+    rendered = render_stack(stack)
+    statefulset = _statefulset(rendered).manifest
+    anti = pod_spec(_statefulset(rendered)).get("affinity", {}).get("podAntiAffinity")
+    if not ha:
+        assert anti is None
+        return
+    assert anti == {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": statefulset["spec"]["selector"]["matchLabels"]}},
+        }]
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("timeout", [None, 20])
+def test_the_backup_takes_over_after_slurmctld_timeout(timeout):
+    def edit(raw):
+        if timeout is not None:
+            raw["slurm"]["controller"]["slurmctldTimeout"] = timeout
+
+    assert _conf_value(render_raw(variant("prod", edit)), "SlurmctldTimeout") == str(timeout or 120)
+
+
 def test_control_daemons_prefer_nodes_outside_the_gpu_pools(stack):
     """slurmctld, slurmdbd and MariaDB leave GPU nodes' CPU and memory to jobs when they can."""
     rendered = render_stack(stack)

@@ -3,6 +3,8 @@ BeeGFS or hostPath file system.
 
 Each CSI volume is checked against what its driver's node server does with it (see docs/storage.md):
 the handle is taken apart the way the driver takes it apart, not compared with a copy of our own code.
+Inference's volume is the models directory itself, read-only at the source wherever the mounter honours
+a mount option: whatever pod mounts its claim reaches nothing else (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from rendering import container, mounts, render_raw, render_stack, variant, volu
 
 # The submission namespace has none: its pods only submit, the jobs use /shared on the Slurm nodes.
 CONSUMERS = {"slurm": "slurm", "inference": "inference"}
+# Where the kubelet or the driver turns a PV's mountOptions into a read-only mount (docs/storage.md).
+READ_ONLY_OPTION = "ro"
 
 
 def _volumes(rendered) -> dict:
@@ -57,6 +61,16 @@ def test_each_claim_binds_its_own_volume(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_each_claim_is_created_after_its_volume(stack):
+    """Pulumi waits for a claim to be Bound: its volume must exist first."""
+    rendered = render_stack(stack)
+    volumes, claims = _volumes(rendered), _claims(rendered)
+    for consumer, volume_ in volumes.items():
+        assert claims[consumer].namespace == CONSUMERS[consumer]
+        assert rendered.registration(volume_).urn in rendered.registration(claims[consumer]).dependencies
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_volumes_are_retained_static_and_sized_from_config(stack):
     rendered = render_stack(stack)
     for volume_ in _volumes(rendered).values():
@@ -75,13 +89,23 @@ def test_slurm_reads_and_writes_inference_reads_only():
 
 
 def test_nfs_source():
+    """Slurm mounts the export, inference its models directory. The kubelet ignores a PV's nfs.readOnly (it
+    takes the pod's claim's) but hands the PV's mountOptions to mount(8): 'ro' holds for any pod."""
     volumes = _volumes(render_stack("dev"))
+    paths = {"slurm": "/export/shared", "inference": "/export/shared/models"}
     for consumer, volume_ in volumes.items():
         spec = volume_.manifest["spec"]
         assert "csi" not in spec
         assert spec["nfs"]["server"] == "nfs.dev.internal"
-        assert spec["nfs"]["path"] == "/export/shared"
+        assert spec["nfs"]["path"] == paths[consumer]
         assert bool(spec["nfs"].get("readOnly")) is (consumer == "inference")
+    assert volumes["inference"].manifest["spec"]["mountOptions"] == [READ_ONLY_OPTION]
+    assert "mountOptions" not in volumes["slurm"].manifest["spec"]
+
+
+def test_an_nfs_export_of_the_root_directory_still_gives_inference_only_the_models():
+    rendered = render_raw(variant("dev", lambda raw: raw["storage"]["nfs"].update(path="/")))
+    assert {c: v.manifest["spec"]["nfs"]["path"] for c, v in _volumes(rendered).items()} == {"slurm": "/", "inference": "/models"}
 
 
 def _csi_volumes(rendered) -> dict:
@@ -124,13 +148,19 @@ def beegfs_volume(handle: str) -> tuple[str, str]:
 
 
 def test_lustre_volumes_are_what_hpes_driver_mounts():
-    for spec in _csi_volumes(render_stack("prod")).values():
+    """Inference's handle is a subdirectory mount of the models directory; its 'ro' reaches mount(8) through
+    getMountOptions whether or not the pod's claim says readOnly."""
+    specs = _csi_volumes(render_stack("prod"))
+    subdirectories = {"slurm": "", "inference": "models"}
+    for consumer, spec in specs.items():
         csi = spec["csi"]
         assert csi["driver"] == "lustre-csi.hpe.com"
         assert csi["fsType"] == "lustre"  # NodePublishVolume mounts with exactly this type
-        assert csi["volumeHandle"] == "10.20.0.10@o2ib:/fs1"
-        assert lustre_mount_source(csi["volumeHandle"]) == ([["10.20.0.10@o2ib"]], "fs1", "")
-        assert "mountOptions" not in spec
+        assert lustre_mount_source(csi["volumeHandle"]) == ([["10.20.0.10@o2ib"]], "fs1", subdirectories[consumer])
+    assert specs["slurm"]["csi"]["volumeHandle"] == "10.20.0.10@o2ib:/fs1"
+    assert "mountOptions" not in specs["slurm"]
+    assert specs["inference"]["csi"]["volumeHandle"] == "10.20.0.10@o2ib:/fs1/models"
+    assert specs["inference"]["mountOptions"] == [READ_ONLY_OPTION]
 
 
 def _lustre_failover_pair(raw):
@@ -143,11 +173,16 @@ def _lustre_failover_pair(raw):
 
 
 def test_lustre_handle_lists_failover_nodes_their_nids_and_the_subdirectory():
-    for spec in _csi_volumes(render_raw(variant("prod", _lustre_failover_pair))).values():
+    specs = _csi_volumes(render_raw(variant("prod", _lustre_failover_pair)))
+    subdirectories = {"slurm": "dualsched/shared", "inference": "dualsched/shared/models"}
+    for consumer, spec in specs.items():
         handle = spec["csi"]["volumeHandle"]
-        assert handle == "10.20.0.10@o2ib,10.21.0.10@tcp:10.20.0.11@o2ib:/fs1/dualsched/shared"
-        assert lustre_mount_source(handle) == ([["10.20.0.10@o2ib", "10.21.0.10@tcp"], ["10.20.0.11@o2ib"]], "fs1", "dualsched/shared")
-        assert spec["mountOptions"] == ["flock", "lazystatfs"]  # the driver adds them to the mount's options
+        assert handle == f"10.20.0.10@o2ib,10.21.0.10@tcp:10.20.0.11@o2ib:/fs1/{subdirectories[consumer]}"
+        nids = [["10.20.0.10@o2ib", "10.21.0.10@tcp"], ["10.20.0.11@o2ib"]]
+        assert lustre_mount_source(handle) == (nids, "fs1", subdirectories[consumer])
+    # the driver adds them to the mount's options
+    assert specs["slurm"]["mountOptions"] == ["flock", "lazystatfs"]
+    assert specs["inference"]["mountOptions"] == ["flock", "lazystatfs", READ_ONLY_OPTION]
 
 
 def _gpfs(raw):
@@ -159,10 +194,13 @@ def _gpfs(raw):
 
 
 def test_gpfs_volumes_carry_ibms_static_volume_handle():
-    for spec in _csi_volumes(render_raw(variant("prod", _gpfs))).values():
+    """NodePublishVolume bind-mounts the handle's path: inference's is the models directory. The driver reads
+    neither readonly nor mount flags, so no option makes it read-only (docs/security.md)."""
+    paths = {"slurm": "/ibm/fs1/dualsched", "inference": "/ibm/fs1/dualsched/models"}
+    for consumer, spec in _csi_volumes(render_raw(variant("prod", _gpfs))).items():
         csi = spec["csi"]
         assert csi["driver"] == "spectrumscale.csi.ibm.com"
-        assert csi["volumeHandle"] == "0;0;7118073361626808055;09762E69:5D36FE8D;;;/ibm/fs1/dualsched"
+        assert csi["volumeHandle"] == f"0;0;7118073361626808055;09762E69:5D36FE8D;;;{paths[consumer]}"
         assert gpfs_volume_id(csi["volumeHandle"]) == {
             "storageClassType": "0",  # STORAGECLASS_CLASSIC
             "volType": "0",  # FILE_DIRECTORYBASED_VOLUME
@@ -170,7 +208,7 @@ def test_gpfs_volumes_carry_ibms_static_volume_handle():
             "fsUUID": "09762E69:5D36FE8D",
             "consistencyGroup": "",
             "fsetName": "",
-            "path": "/ibm/fs1/dualsched",
+            "path": paths[consumer],
         }
         assert "fsType" not in csi and "mountOptions" not in spec  # a bind mount: the driver reads neither
 
@@ -180,23 +218,31 @@ def _beegfs(raw):
 
 
 def test_beegfs_volumes_carry_a_beegfs_url():
-    for spec in _csi_volumes(render_raw(variant("prod", _beegfs))).values():
+    """Inference's URL is the models directory. Its mount options are the driver's defaults with 'ro' for 'rw':
+    a PV's list replaces all of them (constructMountOptions), so nosuid is listed again."""
+    specs = _csi_volumes(render_raw(variant("prod", _beegfs)))
+    directories = {"slurm": "/dualsched", "inference": "/dualsched/models"}
+    for consumer, spec in specs.items():
         csi = spec["csi"]
         assert csi["driver"] == "beegfs.csi.netapp.com"
-        assert csi["volumeHandle"] == "beegfs://mgmtd.beegfs.internal/dualsched"
-        assert beegfs_volume(csi["volumeHandle"]) == ("mgmtd.beegfs.internal", "/dualsched")
-        assert "fsType" not in csi and "mountOptions" not in spec
+        assert csi["volumeHandle"] == f"beegfs://mgmtd.beegfs.internal{directories[consumer]}"
+        assert beegfs_volume(csi["volumeHandle"]) == ("mgmtd.beegfs.internal", directories[consumer])
+        assert "fsType" not in csi
+    assert "mountOptions" not in specs["slurm"]  # the driver's own: rw, relatime, nosuid
+    assert specs["inference"]["mountOptions"] == [READ_ONLY_OPTION, "relatime", "nosuid"]
 
 
 def test_a_beegfs_volume_may_be_the_whole_file_system():
-    handle = BeegfsStorage(sys_mgmtd_host="10.30.0.5", path="/").volume_handle
-    assert beegfs_volume(handle) == ("10.30.0.5", "/")
+    storage = BeegfsStorage(sys_mgmtd_host="10.30.0.5", path="/")
+    assert beegfs_volume(storage.volume_handle) == ("10.30.0.5", "/")
+    assert beegfs_volume(storage.volume_handle_of("models")) == ("10.30.0.5", "/models")
 
 
 def test_a_lustre_handle_without_subdirectory_mounts_the_file_system_root():
-    handle = LustreStorage(mgs_nodes=[{"nids": ["mgs1@tcp0"]}], fs_name="testfs").volume_handle
-    assert handle == "mgs1@tcp0:/testfs"
-    assert lustre_mount_source(handle) == ([["mgs1@tcp0"]], "testfs", "")
+    storage = LustreStorage(mgs_nodes=[{"nids": ["mgs1@tcp0"]}], fs_name="testfs")
+    assert storage.volume_handle == "mgs1@tcp0:/testfs"
+    assert lustre_mount_source(storage.volume_handle) == ([["mgs1@tcp0"]], "testfs", "")
+    assert lustre_mount_source(storage.volume_handle_of("org/models")) == ([["mgs1@tcp0"]], "testfs", "org/models")
 
 
 def _host_path(raw):
@@ -204,14 +250,20 @@ def _host_path(raw):
 
 
 def test_host_path_source():
-    """One directory on the node, created when missing; the claims and mounts carry read-only."""
+    """One directory on the node, created when missing for Slurm; inference's is the models directory, which
+    must exist (a read-only volume creates nothing). hostPath has no read-only flag and takes no mount options:
+    the claims and our pods' mounts carry read-only (docs/security.md says what remains)."""
     rendered = render_raw(variant("dev", _host_path))
     volumes = _volumes(rendered)
     assert sorted(volumes) == sorted(CONSUMERS)
+    sources = {
+        "slurm": {"path": "/var/lib/dualsched/shared", "type": "DirectoryOrCreate"},
+        "inference": {"path": "/var/lib/dualsched/shared/models", "type": "Directory"},
+    }
     for consumer, volume_ in volumes.items():
         spec = volume_.manifest["spec"]
-        assert "nfs" not in spec and "csi" not in spec
-        assert spec["hostPath"] == {"path": "/var/lib/dualsched/shared", "type": "DirectoryOrCreate"}
+        assert "nfs" not in spec and "csi" not in spec and "mountOptions" not in spec
+        assert spec["hostPath"] == sources[consumer]
         assert spec["persistentVolumeReclaimPolicy"] == "Retain"
         assert spec["capacity"] == {"storage": "20Gi"}
         assert spec["accessModes"] == (["ReadOnlyMany"] if consumer == "inference" else ["ReadWriteMany"])
@@ -238,14 +290,45 @@ def test_slurm_mounts_shared_read_write_and_inference_mounts_models_read_only(st
         assert not mounts(container(daemonset, "slurmd"))["/shared"].get("readOnly")
     for deployment in rendered.in_namespace("inference", "Deployment"):
         assert volume(deployment, "models")["persistentVolumeClaim"] == {"claimName": claims["inference"].name, "readOnly": True}
+        # the claim is the models directory: mounted whole, no subPath into it
         models = mounts(container(deployment, "server"))["/models"]
-        assert models == {"name": "models", "mountPath": "/models", "readOnly": True, "subPath": rendered.config.storage.models_path}
+        assert models == {"name": "models", "mountPath": "/models", "readOnly": True}
 
 
 def test_models_path_is_configurable():
     rendered = render_raw(variant("dev", lambda raw: raw["storage"].update(modelsPath="checkpoints/serving")))
+    assert _volumes(rendered)["inference"].manifest["spec"]["nfs"]["path"] == "/export/shared/checkpoints/serving"
+    assert _volumes(rendered)["slurm"].manifest["spec"]["nfs"]["path"] == "/export/shared"
     [deployment] = rendered.in_namespace("inference", "Deployment")
-    assert mounts(container(deployment, "server"))["/models"]["subPath"] == "checkpoints/serving"
+    assert "subPath" not in mounts(container(deployment, "server"))["/models"]
+
+
+# storage type -> (the dev stack edited to use it, where the inference volume's source names its directory)
+_TYPES = {
+    "nfs": (lambda raw: None, lambda spec: spec["nfs"]["path"]),
+    "lustre": (_lustre_failover_pair, lambda spec: lustre_mount_source(spec["csi"]["volumeHandle"])[2]),
+    "gpfs": (_gpfs, lambda spec: gpfs_volume_id(spec["csi"]["volumeHandle"])["path"]),
+    "beegfs": (_beegfs, lambda spec: beegfs_volume(spec["csi"]["volumeHandle"])[1]),
+    "hostPath": (_host_path, lambda spec: spec["hostPath"]["path"]),
+}
+# Where the mounter makes the volume read-only from the PV alone, whatever the pod's claim says.
+READ_ONLY_AT_THE_SOURCE = {"nfs": True, "lustre": True, "gpfs": False, "beegfs": True, "hostPath": False}
+
+
+@pytest.mark.parametrize("storage_type", sorted(_TYPES))
+def test_inference_volume_is_the_models_directory_of_every_storage_type(storage_type):
+    """The finding of issue 25: inference's PV pointed at the export's root and only our own pods' subPath
+    narrowed it, so any pod of the namespace could mount all of /shared. Now the source is the models
+    directory, one level below Slurm's, for every type; and it is read-only at the source wherever the
+    mounter takes an option for it."""
+    edit, directory_of = _TYPES[storage_type]
+    rendered = render_raw(variant("prod" if storage_type in ("lustre", "gpfs", "beegfs") else "dev", edit))
+    assert rendered.config.storage.type.value == storage_type
+    specs = {consumer: volume_.manifest["spec"] for consumer, volume_ in _volumes(rendered).items()}
+    slurm, inference = directory_of(specs["slurm"]), directory_of(specs["inference"])
+    assert inference == f"{slurm.rstrip('/')}/{rendered.config.storage.models_path}"
+    assert (READ_ONLY_OPTION in (specs["inference"].get("mountOptions") or [])) is READ_ONLY_AT_THE_SOURCE[storage_type]
+    assert READ_ONLY_OPTION not in (specs["slurm"].get("mountOptions") or [])
 
 
 def test_only_enabled_consumers_get_a_volume():

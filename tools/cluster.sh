@@ -15,7 +15,7 @@
 #
 # Storage: there is no dynamic provisioner and no default StorageClass. `up` keeps
 # DUALSCHED_LOCAL_PVS (default 4) class-less static PVs Available (hostPath under $DIR/volumes,
-# ReadWriteOnce, 50Gi, reclaim Retain, label dualsched.io/local-pv=true): a claim without a
+# ReadWriteOnce and ReadWriteMany, 50Gi, reclaim Retain, label dualsched.io/local-pv=true): a claim without a
 # storageClassName binds to such a PV when the cluster has no default class. Released PVs are
 # never reused (Retain); the next `up` tops the pool up with new ones.
 #
@@ -233,7 +233,8 @@ ensure_local_pvs() {
     n=$((n + 1)); name=$(printf 'local-pv-%03d' "$n")
     mkdir -p "$DIR/volumes/$name"
     # Like a local-path provisioner: the pod's own user (mysql, slurm) must be able to write it;
-    # fsGroup does not apply to hostPath volumes.
+    # fsGroup does not apply to hostPath volumes. ReadWriteMany too: a directory of this machine is
+    # the same directory on every real node (tools/node.sh), so slurmctld's backup shares the state.
     chmod 0777 "$DIR/volumes/$name"
     kc create -f - >/dev/null <<EOF
 apiVersion: v1
@@ -241,7 +242,7 @@ kind: PersistentVolume
 metadata: {name: $name, labels: {dualsched.io/local-pv: "true"}}
 spec:
   capacity: {storage: 50Gi}
-  accessModes: [ReadWriteOnce]
+  accessModes: [ReadWriteOnce, ReadWriteMany]
   storageClassName: ""
   persistentVolumeReclaimPolicy: Retain
   hostPath: {path: $DIR/volumes/$name, type: DirectoryOrCreate}

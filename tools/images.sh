@@ -17,6 +17,20 @@
 #   dualsched.local/vllm-standin:1     python3 + tools/images/vllm_standin.py as /usr/local/bin/vllm
 #   dualsched.local/python:3.11        python3 alone: the token minter and the Jobs' token sidecar
 #   dualsched.local/pause:1            busybox from busybox-static: the pod sandbox image
+#   dualsched.local/slurmd-pyxis:22.05 the slurm image's packages, Pyxis's SPANK plugin and Enroot (built by
+#                                      tools/build-pyxis.sh against the host's libslurm-dev: Debian 12's
+#                                      22.05, as the image's; only when named) and what Enroot runs
+#                                      (unsquashfs, awk, column, pwck...): images.slurmdPyxis
+#   dualsched.local/torch:1.13         python3-torch (CPU; gloo, torchrun) for Slurm jobs: only when named,
+#                                      and as an Enroot squashfs file (`squashfs torch`, below)
+#
+# `squashfs IMAGE` builds IMAGE's docker-archive as above, then the file Enroot runs
+# (`srun --container-image=/path/IMAGE.sqsh`: Pyxis takes an argument starting with '/' or '.'
+# for a squashfs file and runs `enroot create` on it: no registry, no `enroot import`): the
+# layer unpacked, the files `enroot import docker://` writes from the image config added
+# (/etc/rc: WorkingDir, Entrypoint and Cmd; /etc/rc.local; /etc/environment: Env; /etc/fstab:
+# Volumes), then `mksquashfs -all-root` as enroot import does. Cached as IMAGE-KEY.sqsh next to
+# the archives (mode 0644: job users unpack it); copy it to the shared directory for jobs.
 #
 # Each rootfs is a tarball from `mmdebstrap --format=tar bookworm` (mmdebstrap keeps
 # package scripts from starting daemons: policy-rc.d and a dummy start-stop-daemon in
@@ -37,14 +51,17 @@
 #   tools/images.sh build  [IMAGE...]                      build missing archives, print their paths
 #   tools/images.sh import [--address SOCK] [IMAGE...]     build if needed, import into SOCK's k8s.io namespace
 #   tools/images.sh list   [IMAGE...]                      name, archive path, size
-#   IMAGE: slurm login mariadb vllm-standin python pause (default: all)
+#   tools/images.sh squashfs [IMAGE...]                    build an Enroot squashfs image, print its path
+#   IMAGE: slurm login mariadb vllm-standin python pause (default: all); slurmd-pyxis, torch
+#   (squashfs's default): never built unless named
 # Env: DUALSCHED_TOOLS_CACHE, DUALSCHED_IMAGES_FORCE=1 (rebuild), DUALSCHED_IMAGES_MIRROR
 #      (an mmdebstrap MIRROR argument, e.g. a URL or a sources file; default: mmdebstrap's
 #      deb.debian.org + bookworm-updates + bookworm-security), CONTAINERD_ADDRESS
 #      (default for --address: /run/containerd/containerd.sock), DUALSCHED_SLURM_SUITE (the
 #      Debian suite of the slurm image: bookworm, the default, gives dualsched.local/slurm:22.05,
 #      trixie :24.11, forky :26.05; the other images stay bookworm).
-# Needs: mmdebstrap, python3, flock; ctr for import. Run as root (mmdebstrap's root mode).
+# Needs: mmdebstrap, python3, flock; ctr for import; mksquashfs for squashfs (squashfs-tools,
+# installed if missing). Run as root (mmdebstrap's root mode).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -60,6 +77,11 @@ declare -A SLURM_TAGS=([bookworm]=22.05 [trixie]=24.11 [forky]=26.05)
 FORCE="${DUALSCHED_IMAGES_FORCE:-0}"
 MIRROR="${DUALSCHED_IMAGES_MIRROR:-}"
 ALL_IMAGES=(slurm login mariadb vllm-standin python pause)
+# Images for Slurm jobs (Pyxis/Enroot), built only when named: `squashfs` turns them into an
+# Enroot image file (see squashfs_one).
+SQUASHFS_IMAGES=(torch)
+# Built only when named too: the slurm image plus Pyxis and Enroot (tools/build-pyxis.sh).
+OPTIONAL_IMAGES=(slurmd-pyxis "${SQUASHFS_IMAGES[@]}")
 
 # Options of every mmdebstrap run (part of the cache key): no Recommends, no man pages,
 # info or translations, documentation reduced to the copyright files.
@@ -140,7 +162,33 @@ EOF
  "entrypoint": ["/bin/busybox", "sleep", "2147483647"], "cmd": null}
 EOF
     ;;
-    *) die "unknown image '$1' (known: ${ALL_IMAGES[*]})" ;;
+    slurmd-pyxis) cat <<EOF
+{"ref": "dualsched.local/slurmd-pyxis:${SLURM_TAGS[$SUITE]}", "variant": "essential",
+ "packages": ["slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-wlm-jwt-plugin", "slurm-client", "munge", "procps",
+              "bash", "coreutils", "ca-certificates", "mount",
+              "squashfs-tools", "mawk", "bsdextrautils", "passwd", "libbsd0"],
+ "drop": ["etc/munge/munge.key"],
+ "require": ["/usr/sbin/munged", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/srun", "/usr/bin/scontrol", "/usr/bin/sinfo",
+             "/usr/sbin/mungekey", "/usr/bin/munge", "/bin/sh", "/bin/mount",
+             "/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so", "/usr/local/bin/enroot", "/usr/local/bin/enroot-nsenter",
+             "/usr/local/bin/enroot-switchroot", "/usr/local/bin/enroot-mount", "/usr/local/lib/enroot/runtime.sh",
+             "/etc/enroot/mounts.d/10-system.fstab", "/etc/enroot/hooks.d/10-shadow.sh",
+             "/usr/bin/unsquashfs", "/usr/bin/awk", "/usr/bin/column", "/usr/bin/lsns", "/usr/bin/flock",
+             "/usr/bin/mountpoint", "/usr/sbin/pwck", "/usr/sbin/grpck", "/usr/bin/getent", "/usr/bin/ps"],
+ "entrypoint": null, "cmd": ["/bin/sh"]}
+EOF
+    ;;
+    torch) cat <<'EOF'
+{"ref": "dualsched.local/torch:1.13", "variant": "essential",
+ "packages": ["python3-torch", "python3-numpy", "bash"],
+ "require": ["/usr/bin/torchrun", "/usr/bin/python3", "/usr/lib/python3/dist-packages/torch/distributed/run.py",
+             "/usr/lib/python3/dist-packages/torch/_C.cpython-311-x86_64-linux-gnu.so",
+             "/usr/lib/python3/dist-packages/torch/lib/libtorch_python.so", "/bin/sh", "/bin/bash"],
+ "env": ["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"],
+ "entrypoint": null, "cmd": ["/bin/bash"]}
+EOF
+    ;;
+    *) die "unknown image '$1' (known: ${ALL_IMAGES[*]} ${OPTIONAL_IMAGES[*]})" ;;
   esac
 }
 
@@ -357,11 +405,31 @@ load() {
   # Debian testing's Release files expire after a week and the mirror this machine reaches
   # serves an older forky: apt still checks their signatures, not their expiry.
   [ "$SUITE" != forky ] || MMDEBSTRAP_OPTS+=(--aptopt='Acquire::Check-Valid-Until "false"')
+  [ "${1%%.*}" != slurmd-pyxis ] || pyxis_hooks
   RECIPE="$(recipe "${1%%.*}")"
   export RECIPE ROOT
   KEY="$(py key "$SUITE" "$MIRROR" "$ARCH" "${MMDEBSTRAP_OPTS[@]}" "$PY_HELPER" "$(declare -f build_one)")"
   REF="$(py get ref)"
   ARCHIVE="$IMAGES_DIR/$1-${KEY:0:16}.docker.tar"
+}
+
+# Pyxis and Enroot as tools/build-pyxis.sh caches them (versions.env; Pyxis per Slurm version of the
+# host's spank.h), copied into the rootfs by mmdebstrap customize hooks: the plugin where plugstack.conf
+# names it (components/slurm_files.py), Enroot under /usr/local and /etc/enroot, where Pyxis's epilog
+# (PATH=/usr/local/bin:/usr/bin:/bin) and enroot.conf's ConfigMap mount expect them.
+pyxis_hooks() {
+  local slurm_version pyxis enroot
+  # shellcheck source=versions.env
+  source "$HERE/versions.env"
+  [ "$SUITE" = bookworm ] || die "slurmd-pyxis: Pyxis is built against the host's (Debian 12) spank.h: bookworm only"
+  slurm_version=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null | cut -d- -f1)
+  pyxis="$CACHE/pyxis-$PYXIS_VERSION-slurm${slurm_version:-unknown}" enroot="$CACHE/enroot-$ENROOT_VERSION/root"
+  MMDEBSTRAP_OPTS+=(
+    --customize-hook='mkdir -p "$1/usr/lib/x86_64-linux-gnu/slurm"'
+    --customize-hook="copy-in $pyxis/spank_pyxis.so /usr/lib/x86_64-linux-gnu/slurm"
+    --customize-hook="copy-in $enroot/usr/local/bin $enroot/usr/local/lib $enroot/usr/local/share /usr/local"
+    --customize-hook="copy-in $enroot/etc/enroot /etc"
+  )
 }
 
 TMP=""
@@ -420,13 +488,111 @@ lock_cache() {
   rm -rf "$IMAGES_DIR"/.tmp.*
 }
 
-build_all() {
-  local t0 img
+# build_one, after what an image's hooks copy in (slurmd-pyxis: Pyxis and Enroot, cached).
+build_image() {
+  [ "${1%%.*}" != slurmd-pyxis ] || "$HERE/build-pyxis.sh" >/dev/null || die "slurmd-pyxis: tools/build-pyxis.sh failed"
+  build_one "$1"
+}
+
+# each_image WHAT FN IMAGE...: FN for every image, under the cache lock
+each_image() {
+  local what=$1 fn=$2 t0 img
+  shift 2
   t0=$(now_ms)
   lock_cache
-  for img in "$@"; do build_one "$img"; done
-  log "build: $# image(s) ready in $(since "$t0")"
+  for img in "$@"; do "$fn" "$img"; done
+  log "$what: $# image(s) ready in $(since "$t0")"
 }
+
+build_all() { each_image build build_image "$@"; }
+
+# `layer ARCHIVE`: the path of a docker-archive's one layer in it. `configure ARCHIVE ROOTFS`:
+# Enroot's image files from the archive's image config, as enroot's `docker::configure`
+# (src/docker.sh, v3.5.0) writes them: labels as comments, then the rc script; Env as
+# /etc/environment; Volumes as bind mounts in /etc/fstab.
+read -r -d '' SQ_HELPER <<'PYEOF' || true
+import json, os, shlex, sys, tarfile
+cmd, archive = sys.argv[1], sys.argv[2]
+with tarfile.open(archive, "r:") as t:
+    [manifest] = json.load(t.extractfile("manifest.json"))
+    config = json.load(t.extractfile(manifest["Config"]))["config"]
+if len(manifest["Layers"]) != 1:
+    sys.exit(f"expected one layer, got {manifest['Layers']}")
+if cmd == "layer":
+    print(manifest["Layers"][0])
+    sys.exit()
+rootfs = sys.argv[3]
+etc = os.path.join(rootfs, "etc")
+os.makedirs(etc, exist_ok=True)
+workdir = config.get("WorkingDir") or "/"
+entrypoint, cmd = config.get("Entrypoint") or [], config.get("Cmd") or []
+if not entrypoint and not cmd:
+    cmd = ["/bin/sh"]
+q = lambda words: " ".join(shlex.quote(w) for w in words)
+labels = "".join(f"# {k} {v}\n" for k, v in (config.get("Labels") or {}).items())
+rc = (labels + ("\n" if labels else "") +
+      f'mkdir -p "{workdir}" 2> /dev/null\ncd "{workdir}" && unset OLDPWD || exit 1\n\n'
+      "if [ -s /etc/rc.local ]; then\n    . /etc/rc.local\nfi\n\n"
+      f'if [ $# -gt 0 ]; then\n    exec {q(entrypoint)} "$@"\nelse\n    exec {q(entrypoint + cmd)}\nfi\n')
+files = {
+    "rc": rc,
+    "rc.local": "# This file is sourced by /etc/rc when the container starts.\n"
+                "# It can be used to manipulate the entrypoint or the command of the container.\n",
+    "environment": "".join(f"{e}\n" for e in config.get("Env") or []),
+    "fstab": "".join(f"${{ENROOT_ROOTFS}}{v} {v} none x-create=dir,bind,rw,nosuid,nodev\n"
+                     for v in sorted(config.get("Volumes") or {})),
+}
+for name, text in files.items():
+    path = os.path.join(etc, name)
+    if os.path.lexists(path):
+        os.unlink(path)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+os.makedirs(os.path.join(rootfs, workdir.lstrip("/")), exist_ok=True)
+PYEOF
+
+# Enroot's own default is "-comp lzo -noD" (ENROOT_SQUASH_OPTIONS: data left uncompressed, fastest
+# to unpack); zstd at a low level keeps a file that sits on the shared directory small and is
+# still fast to unpack (Debian 12's squashfs-tools 4.5.1 reads it).
+SQUASHFS_OPTS=(-all-root -noappend -no-progress -comp zstd -Xcompression-level 6)
+
+# squashfs_one IMAGE: IMAGE's docker-archive (build_one, cached), then its Enroot squashfs file,
+# named by a hash of the archive's key, the options and this code.
+squashfs_one() {
+  local img=$1 key out t0 t1 layer
+  build_image "$img" >/dev/null
+  key="$(printf '%s\n' "$KEY" "${SQUASHFS_OPTS[*]}" "$SQ_HELPER" "$(declare -f squashfs_one)" | sha256sum | cut -c1-16)"
+  out="$IMAGES_DIR/$img-$key.sqsh"
+  if [ -f "$out" ] && [ "$FORCE" != 1 ]; then
+    log "$img: cached squashfs ($(du -h "$out" | cut -f1))"
+    echo "$out"; return
+  fi
+  if ! command -v mksquashfs >/dev/null; then
+    log "installing squashfs-tools (Debian package)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq squashfs-tools >/dev/null ||
+      die "mksquashfs not found and could not be installed (apt-get install squashfs-tools)"
+  fi
+  t0=$(now_ms)
+  TMP="$(mktemp -d "$IMAGES_DIR/.tmp.$img.sqsh.XXXXXX")"
+  mkdir "$TMP/rootfs"
+  layer="$(python3 -c "$SQ_HELPER" layer "$ARCHIVE")" || die "$img: cannot read $ARCHIVE"
+  tar -xOf "$ARCHIVE" "$layer" | tar -x -p --numeric-owner -C "$TMP/rootfs" || die "$img: cannot unpack $layer"
+  python3 -c "$SQ_HELPER" configure "$ARCHIVE" "$TMP/rootfs" || die "$img: cannot write Enroot's files"
+  log "$img: rootfs $(du -sh "$TMP/rootfs" | cut -f1) unpacked in $(since "$t0")"
+  t1=$(now_ms)
+  mksquashfs "$TMP/rootfs" "$TMP/image.sqsh" "${SQUASHFS_OPTS[@]}" >"$TMP/mksquashfs.log" 2>&1 ||
+    { tail -n 20 "$TMP/mksquashfs.log" >&2; die "$img: mksquashfs failed"; }
+  unsquashfs -s "$TMP/image.sqsh" >/dev/null || die "$img: unsquashfs cannot read $TMP/image.sqsh"
+  chmod 0644 "$TMP/image.sqsh"
+  mv -f "$TMP/image.sqsh" "$out"
+  rm -rf "$TMP"; TMP=""
+  find "$IMAGES_DIR" -maxdepth 1 -name "$img-*.sqsh" ! -name "$(basename "$out")" -delete
+  log "$img: squashfs $(du -h "$out" | cut -f1) in $(since "$t1") (total $(since "$t0")): $out"
+  echo "$out"
+}
+
+squashfs_all() { each_image squashfs squashfs_one "$@"; }
 
 # ctr's view of REF: "DIGEST UNPACKED" when present and complete, else nothing.
 present_digest() {
@@ -485,7 +651,9 @@ main() {
       *) recipe "$1" >/dev/null; images+=("$1"); shift ;;
     esac
   done
-  [ ${#images[@]} -gt 0 ] || images=("${ALL_IMAGES[@]}")
+  if [ ${#images[@]} -eq 0 ]; then
+    if [ "$cmd" = squashfs ]; then images=("${SQUASHFS_IMAGES[@]}"); else images=("${ALL_IMAGES[@]}"); fi
+  fi
   [ -n "${SLURM_TAGS[$SLURM_SUITE]:-}" ] || die "DUALSCHED_SLURM_SUITE=$SLURM_SUITE: not one of ${!SLURM_TAGS[*]}"
   [ "$SLURM_SUITE" = bookworm ] || for i in "${!images[@]}"; do [ "${images[$i]}" != slurm ] || images[$i]=slurm.$SLURM_SUITE; done
   command -v python3 >/dev/null || die "python3 not found"
@@ -493,6 +661,7 @@ main() {
     build) build_all "${images[@]}" ;;
     import) import_all "$addr" "${images[@]}" ;;
     list) list_all "${images[@]}" ;;
+    squashfs) squashfs_all "${images[@]}" ;;
     -h|--help|help) usage 0 ;;
     *) usage ;;
   esac

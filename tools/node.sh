@@ -7,16 +7,33 @@
 # tools/images.sh (built here from Debian packages), imported into this node's containerd.
 #
 # Usage:
-#   tools/node.sh up       start (idempotent) and wait until the node is Ready with its GPUs
+#   tools/node.sh up       start (idempotent) and wait until the node(s) are Ready with their GPUs
 #   tools/node.sh down     stop what `up` started and remove its state, network and cgroups
 #   tools/node.sh status   show process and node status (exit 1 if not running)
+#   tools/node.sh fail NODE     namespaced NODE goes away: its link cut, its daemons and pods frozen
+#   tools/node.sh recover NODE  it comes back as after a restart: its pods' processes killed (the
+#                               kubelet starts them anew), daemons resumed, link restored, Ready
 #
 # Env: DUALSCHED_CLUSTER_DIR (the control plane's state dir, as for cluster.sh),
-#      DUALSCHED_NODE_NAME (default gpu-real-1), DUALSCHED_NODE_GPUS (default 4).
+#      DUALSCHED_NODE_GPUS (GPUs per node, default 4),
+#      DUALSCHED_NODES     N: N real nodes gpu-real-1..N, each in network and mount namespaces of its
+#                          own (see "Namespaced nodes" below; `make up` runs 3). Unset: one node,
+#                          DUALSCHED_NODE_NAME (default gpu-real-1), that is this machine itself.
 #
-# One real node per machine: the kubelet's device-plugin socket directory
-# (/var/lib/kubelet/device-plugins), host-network slurmd ports, the bridge and the DNS address are
-# the host's. `up` refuses while another cluster dir's node runs (see /run/dualsched-node/owner).
+# One node, or one set of namespaced nodes, per machine: the host node's kubelet device-plugin
+# directory (/var/lib/kubelet/device-plugins), bridge and DNS address are the machine's, and the
+# namespaced nodes' link bridge and addresses are fixed. `up` refuses while another cluster dir's
+# nodes run (see /run/dualsched-node/owner).
+#
+# Namespaced nodes: node K has a network namespace (address 10.250.0.(10+K) on the link bridge
+# dsnodes, whose root-side address 10.250.0.1 reaches the API server; its pods on 10.244.K.0/24,
+# routed through the root namespace, not masqueraded, so NetworkPolicies see pod addresses across
+# nodes) and a mount namespace in which its containerd, kubelet and device plugin run: its own
+# /var/lib/kubelet, /var/log/pods, /run/netns, /var/lib/enroot (the stack's hostPath directories)
+# and /dev (a copy of the machine's with the node's own /dev/nvidiaK), all under
+# $DUALSCHED_CLUSTER_DIR/nodes/<node>/. Every other directory is the machine's, so the local
+# stack's hostPath shared directory is one file system seen by every node. Host-network pods
+# (slurmd) get the node's address; srun, step I/O and rendezvous cross real (virtual) links.
 #
 # GPUs: like a real GPU node, the host gets a device file per GPU, /dev/nvidia0..N-1 (char 195:K,
 # NVIDIA's numbers, no driver behind them), made by the device plugin double at start and kept while
@@ -37,6 +54,7 @@ CLUSTER_DIR="${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}"
 DIR="$CLUSTER_DIR/node"
 NODE="${DUALSCHED_NODE_NAME:-gpu-real-1}"
 GPUS="${DUALSCHED_NODE_GPUS:-4}"
+NODES="${DUALSCHED_NODES:-}"
 API_PORT="${DUALSCHED_APISERVER_PORT:-6443}"
 OWNER_DIR=/run/dualsched-node
 BRIDGE=dualsched0
@@ -46,7 +64,15 @@ SERVICE_CIDR=10.96.0.0/16   # as tools/cluster.sh gives the API server
 DNS_IP=169.254.20.10
 CGROUP_ROOT=/dualsched
 GPU_DEV_DIR=/dev            # where the double makes the host's nvidiaK device files
+HOST_GPU_DEV_DIR=$GPU_DEV_DIR   # the same directory as this script sees it
 KUBELET_DIR=/var/lib/kubelet
+HOST_KUBELET_DIR=$KUBELET_DIR
+IN=()                       # the command prefix that runs in the node (namespaced nodes: nsenter)
+API_SERVER="https://127.0.0.1:$API_PORT"
+LINK_BRIDGE=dsnodes
+LINK_NET=10.250.0
+NODE_DIRS=(kubelet:/var/lib/kubelet log-pods:/var/log/pods log-containers:/var/log/containers
+           netns:/run/netns enroot:/var/lib/enroot)
 CNI_BIN=/usr/lib/cni
 DEBS=(containerd runc containernetworking-plugins iptables conntrack ipset)
 DAEMONS=(containerd kubelet gpu-device-plugin-double kube-proxy coredns kube-router)
@@ -63,6 +89,24 @@ bin_of() { # bin_of TOOL VERSION
 }
 kc() { "$(bin_of kubectl "$KUBERNETES_VERSION")" --kubeconfig "$CLUSTER_DIR/kubeconfig" "$@"; }
 host_ip() { ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p'; }
+NODE_IP=""   # set by use_host_node / use_namespaced_node
+
+use_host_node() { NODE_IP=$(host_ip); }
+
+use_namespaced_node() { # use_namespaced_node K: the variables above, for node gpu-real-K
+  local k=$1
+  NODE="gpu-real-$k"
+  DIR="$CLUSTER_DIR/nodes/$NODE"
+  NETNS="dualsched-$NODE"
+  NODE_IP="$LINK_NET.$((10 + k))"
+  POD_CIDR="10.244.$k.0/24"
+  CGROUP_ROOT="/dualsched-$NODE"
+  HOST_GPU_DEV_DIR="$DIR/dev"
+  HOST_KUBELET_DIR="$DIR/kubelet"
+  # the API server listens on every address of the root namespace; the link bridge's is the node's way in
+  API_SERVER="https://$LINK_NET.1:$API_PORT"
+  IN=(nsenter "--net=/run/netns/$NETNS" "--mount=$DIR/ns/mnt" "--uts=$DIR/ns/uts" --)
+}
 
 install_debs() {
   local missing=() p
@@ -91,12 +135,14 @@ sign_client() { # sign_client NAME SUBJECT
 }
 
 kubeconfig_for() { # kubeconfig_for NAME -> $DIR/NAME.kubeconfig
+  # the API server's certificate names 127.0.0.1 and `kubernetes`, not the link bridge's address
+  local tls_name=""; [ -z "$NODES" ] || tls_name=", tls-server-name: kubernetes"
   cat >"$DIR/$1.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: dualsched-local
-  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$CLUSTER_DIR/pki/ca.crt"}
+  cluster: {server: "$API_SERVER", certificate-authority: "$CLUSTER_DIR/pki/ca.crt"$tls_name}
 users:
 - name: $1
   user: {client-certificate: "$DIR/pki/$1.crt", client-key: "$DIR/pki/$1.key"}
@@ -118,7 +164,7 @@ gen_pki() {
   # kubelet serving certificate (apiserver -> kubelet for logs and exec)
   if [ ! -f "$DIR/pki/kubelet-serving.crt" ]; then
     printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:%s,IP:127.0.0.1,DNS:%s\n' \
-      "$(host_ip)" "$NODE" >"$DIR/pki/serving.ext"
+      "$NODE_IP" "$NODE" >"$DIR/pki/serving.ext"
     openssl req -newkey rsa:2048 -nodes -keyout "$DIR/pki/kubelet-serving.key" -out "$DIR/pki/kubelet-serving.csr" \
       -subj "/CN=$NODE" 2>/dev/null
     openssl x509 -req -in "$DIR/pki/kubelet-serving.csr" -CA "$CLUSTER_DIR/pki/ca.crt" -CAkey "$CLUSTER_DIR/pki/ca.key" \
@@ -153,12 +199,14 @@ state = "$DIR/containerd/state"
     bin_dir = "$CNI_BIN"
     conf_dir = "$DIR/cni/net.d"
 EOF
+  # Namespaced nodes route pod addresses between them: a pod's traffic keeps its source address.
+  local masquerade=true; [ -z "$NODES" ] || masquerade=false
   cat >"$DIR/cni/net.d/10-dualsched.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "dualsched",
   "plugins": [
-    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": $masquerade, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": "$DIR/cni/ipam"}},
     {"type": "portmap", "capabilities": {"portMappings": true}},
@@ -171,22 +219,107 @@ EOF
 containerd_ready() { ctr --address "$DIR/containerd/containerd.sock" version >/dev/null 2>&1; }
 
 # ------------------------------------------------------------------ kernel and host setup
+node_sysctl() { "${IN[@]}" sh -c "echo $2 >/proc/sys/$1"; }   # per network namespace
+
 host_setup() {
   # Services from pods across the bridge need bridged traffic to pass iptables, and forwarding.
   [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter 2>/dev/null ||
     die "bridged traffic is not seen by iptables (no br_netfilter): Services would not work"
-  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
-  echo 1 >/proc/sys/net/ipv4/ip_forward
+  node_sysctl net/bridge/bridge-nf-call-iptables 1
+  node_sysctl net/ipv4/ip_forward 1
   # Cluster DNS listens on a link-local address of its own (like NodeLocal DNSCache), reachable
   # from every pod through the bridge gateway and from host-network pods (slurmd) directly. It sits
   # on the loopback interface: this kernel has no dummy interfaces.
-  ip addr show dev lo | grep -q "$DNS_IP/32" || ip addr add "$DNS_IP/32" dev lo
+  "${IN[@]}" ip addr show dev lo | grep -q "$DNS_IP/32" || "${IN[@]}" ip addr add "$DNS_IP/32" dev lo
   # The kubelet's cgroup root must exist in every v1 hierarchy it uses.
   local c; for c in /sys/fs/cgroup/*/; do
     case "$c" in */unified/) continue ;; esac
     mkdir -p "$c${CGROUP_ROOT#/}" 2>/dev/null || true
   done
-  mkdir -p "$KUBELET_DIR/device-plugins"
+  mkdir -p "$HOST_KUBELET_DIR/device-plugins"
+}
+
+# ------------------------------------------------------------------ namespaced nodes
+# The root namespace's side: one bridge for every node's link, its address the nodes' way to the API
+# server, and a route to each node's pods through that node.
+link_setup() {
+  ip link show "$LINK_BRIDGE" >/dev/null 2>&1 || ip link add "$LINK_BRIDGE" type bridge
+  ip addr show dev "$LINK_BRIDGE" | grep -q "$LINK_NET.1/24" || ip addr add "$LINK_NET.1/24" dev "$LINK_BRIDGE"
+  ip link set "$LINK_BRIDGE" up
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+  # the nodes' traffic crosses the root namespace's FORWARD chain (bridged and routed)
+  local rule; for rule in "-i $LINK_BRIDGE" "-o $LINK_BRIDGE"; do
+    # shellcheck disable=SC2086
+    iptables -C FORWARD $rule -j ACCEPT 2>/dev/null || iptables -I FORWARD $rule -j ACCEPT
+  done
+}
+
+link_teardown() {
+  ip link delete "$LINK_BRIDGE" 2>/dev/null || true
+  local rule; for rule in "-i $LINK_BRIDGE" "-o $LINK_BRIDGE"; do
+    # shellcheck disable=SC2086
+    iptables -D FORWARD $rule -j ACCEPT 2>/dev/null || true
+  done
+}
+
+# The node's network namespace: one link to the bridge, its own loopback (cluster DNS, health ports).
+netns_setup() {
+  local veth="dsv-${NODE#gpu-real-}"
+  ip netns list | grep -qw "$NETNS" || ip netns add "$NETNS"
+  if ! ip link show "$veth" >/dev/null 2>&1; then
+    ip link add "$veth" type veth peer name eth0 netns "$NETNS"
+  fi
+  ip link set "$veth" master "$LINK_BRIDGE" up
+  ip -n "$NETNS" link set lo up
+  ip -n "$NETNS" addr show dev eth0 | grep -q "$NODE_IP/24" || ip -n "$NETNS" addr add "$NODE_IP/24" dev eth0
+  ip -n "$NETNS" link set eth0 up
+  ip -n "$NETNS" route replace default via "$LINK_NET.1"
+  ip route replace "$POD_CIDR" via "$NODE_IP"
+}
+
+# The node's mount and UTS namespaces, kept by bind mounts of their nsfs files: the node's own directories
+# (NODE_DIRS) and /dev over the machine's, the rest the machine's file system (the shared directory among
+# it); its own host name, which host-network pods (slurmd, job steps) share as on a real node.
+mountns_setup() {
+  [ -e "$DIR/ns/mnt" ] && mountpoint -q "$DIR/ns/mnt" && return
+  mkdir -p "$DIR/ns"
+  # an nsfs file can only be bind-mounted on a private mount
+  mountpoint -q "$DIR/ns" || { mount --bind "$DIR/ns" "$DIR/ns"; mount --make-private "$DIR/ns"; }
+  touch "$DIR/ns/mnt" "$DIR/ns/uts"
+  unshare --uts="$DIR/ns/uts" hostname "$NODE"
+  local pair binds=()
+  for pair in "${NODE_DIRS[@]}"; do
+    mkdir -p "$DIR/${pair%%:*}" "${pair#*:}"
+    binds+=("$DIR/${pair%%:*}" "${pair#*:}")
+  done
+  node_dev
+  unshare --mount="$DIR/ns/mnt" --propagation slave sh -euc '
+    dev=$1; shift
+    while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
+    # /dev: the copy, with the machine'"'"'s terminals and message queues and a /dev/shm of its own
+    mount --bind /dev/pts "$dev/pts"
+    mount -t tmpfs -o mode=1777,nosuid,nodev shm "$dev/shm"
+    [ ! -d /dev/mqueue ] || mount --bind /dev/mqueue "$dev/mqueue"
+    mount --rbind "$dev" /dev
+  ' sh "$DIR/dev" "${binds[@]}"
+}
+
+# The node's /dev: the machine's device files and links (not its GPUs: the node's double makes its own)
+node_dev() {
+  [ -e "$DIR/dev/null" ] && return
+  mkdir -p "$DIR/dev"
+  cp -a --one-file-system /dev/. "$DIR/dev/"
+  rm -f "$DIR"/dev/nvidia*
+  mkdir -p "$DIR/dev/pts" "$DIR/dev/shm" "$DIR/dev/mqueue"
+}
+
+namespaces_teardown() {
+  ip route del "$POD_CIDR" 2>/dev/null || true
+  ip link delete "dsv-${NODE#gpu-real-}" 2>/dev/null || true
+  ip netns delete "$NETNS" 2>/dev/null || true
+  umount "$DIR/ns/mnt" 2>/dev/null || true
+  umount "$DIR/ns/uts" 2>/dev/null || true
+  umount "$DIR/ns" 2>/dev/null || true
 }
 
 # ------------------------------------------------------------------ kubelet, kube-proxy, DNS
@@ -199,7 +332,7 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 containerRuntimeEndpoint: unix://$DIR/containerd/containerd.sock
-address: $(host_ip)
+address: $NODE_IP
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -293,12 +426,12 @@ metadata: {name: "dualsched:kube-router"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "dualsched:kube-router"}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "dualsched:kube-router"}]
 EOF
-  start_daemon kube-router "$(bin_of kube-router "$KUBE_ROUTER_VERSION")" \
+  start_daemon kube-router "${IN[@]}" "$(bin_of kube-router "$KUBE_ROUTER_VERSION")" \
     --kubeconfig "$DIR/kube-router.kubeconfig" --hostname-override "$NODE" \
     --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
     --service-cluster-ip-range "$SERVICE_CIDR" --health-port 0 --metrics-port 0 --v 1
 }
-policies_enforced() { iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1; }
+policies_enforced() { "${IN[@]}" iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1; }
 
 node_registered() { kc get node "$NODE" -o name >/dev/null 2>&1; }
 node_ready() {
@@ -308,9 +441,9 @@ node_has_gpus() {
   [ "$(kc get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' 2>/dev/null)" = "$GPUS" ]
 }
 dns_answers() {
-  getent ahostsv4 kubernetes.default.svc.cluster.local >/dev/null 2>&1 && return 0
+  [ -z "$NODES" ] && getent ahostsv4 kubernetes.default.svc.cluster.local >/dev/null 2>&1 && return 0
   # the host's resolver is not ours: ask CoreDNS directly
-  python3 - "$DNS_IP" <<'PY' 2>/dev/null
+  "${IN[@]}" python3 - "$DNS_IP" <<'PY' 2>/dev/null
 import socket, struct, sys
 q = struct.pack(">HHHHHH", 1, 0x0100, 1, 0, 0, 0) + b"".join(
     bytes([len(p)]) + p.encode() for p in "kubernetes.default.svc.cluster.local".split(".")) + b"\0" + struct.pack(">HH", 1, 1)
@@ -322,19 +455,27 @@ PY
 # The double's host device files /dev/nvidiaK are char 195:K; anything else of that name is not ours.
 gpu_device_files() {
   local f
-  for f in "$GPU_DEV_DIR"/nvidia[0-9]*; do
-    [ -c "$f" ] && [ "$(stat -c %t "$f")" = c3 ] && [ "$((16#$(stat -c %T "$f")))" = "${f#"$GPU_DEV_DIR"/nvidia}" ] && echo "$f"
+  for f in "$HOST_GPU_DEV_DIR"/nvidia[0-9]*; do
+    [ -c "$f" ] && [ "$(stat -c %t "$f")" = c3 ] && [ "$((16#$(stat -c %T "$f")))" = "${f#"$HOST_GPU_DEV_DIR"/nvidia}" ] && echo "$f"
   done
   return 0
 }
 no_nvidia_driver() { [ ! -e /proc/driver/nvidia ]; }
 
+# nodes_running CLUSTER_DIR: a kubelet of that cluster's host node or namespaced nodes is alive
+nodes_running() {
+  local f; for f in "$1"/node/pids/kubelet.pid "$1"/nodes/*/pids/kubelet.pid; do
+    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+  done
+  return 1
+}
+
 claim_machine() {
   mkdir -p "$OWNER_DIR"
   if [ -f "$OWNER_DIR/owner" ] && [ "$(cat "$OWNER_DIR/owner")" != "$CLUSTER_DIR" ]; then
     local other; other=$(cat "$OWNER_DIR/owner")
-    if [ -f "$other/node/pids/kubelet.pid" ] && kill -0 "$(cat "$other/node/pids/kubelet.pid")" 2>/dev/null; then
-      die "a real node of $other already runs on this machine (one per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
+    if nodes_running "$other"; then
+      die "real nodes of $other already run on this machine (one set per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
     fi
     # its processes are gone (killed, machine restarted) but its mounts, network and cgroups may not be
     log "cleaning up after the stopped node of $other"
@@ -347,46 +488,79 @@ cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "a real node needs root (containerd, network namespaces, cgroups)"
   [ -f "$CLUSTER_DIR/kubeconfig" ] || die "no control plane in $CLUSTER_DIR: run tools/cluster.sh up none"
   no_nvidia_driver || die "NVIDIA's driver is loaded here (/proc/driver/nvidia): the GPU double's /dev/nvidiaK would stand in for real GPUs"
-  local t0; t0=$(date +%s)
+  [ -z "$NODES" ] || [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "DUALSCHED_NODES must be a number of nodes, 1 to 99 (got $NODES)"
   install_debs
   claim_machine
+  if [ -z "$NODES" ]; then
+    use_host_node
+    node_up
+    return
+  fi
+  [ ! -d "$CLUSTER_DIR/node" ] || die "this cluster already has a host node ($CLUSTER_DIR/node): tools/node.sh down first"
+  link_setup
+  local k; for k in $(seq 1 "$NODES"); do
+    use_namespaced_node "$k"
+    mkdir -p "$DIR"
+    netns_setup
+    mountns_setup
+    node_up
+  done
+}
+
+node_up() {
+  local t0; t0=$(date +%s)
   mkdir -p "$DIR"/{logs,pids}
   gen_pki
   host_setup
   write_containerd_config
-  start_daemon containerd containerd --config "$DIR/containerd/config.toml"
+  start_daemon containerd "${IN[@]}" containerd --config "$DIR/containerd/config.toml"
   wait_for 60 "containerd" containerd_ready
   "$HERE/images.sh" import --address "$DIR/containerd/containerd.sock"
 
   write_kubelet_config
-  start_daemon kubelet "$(bin_of kubelet "$KUBERNETES_VERSION")" \
+  start_daemon kubelet "${IN[@]}" "$(bin_of kubelet "$KUBERNETES_VERSION")" \
     --config "$DIR/kubelet-config.yaml" --kubeconfig "$DIR/kubelet.kubeconfig" \
-    --root-dir "$KUBELET_DIR" --hostname-override "$NODE" --node-ip "$(host_ip)" \
+    --root-dir "$KUBELET_DIR" --hostname-override "$NODE" --node-ip "$NODE_IP" \
     --node-labels "dualsched.io/real-node=true" --v 1
   wait_for 120 "node $NODE to register" node_registered
-  start_daemon gpu-device-plugin-double "$(bin_of gpu-device-plugin-double "$GPU_DEVICE_PLUGIN_DOUBLE_VERSION")" \
+  start_daemon gpu-device-plugin-double "${IN[@]}" "$(bin_of gpu-device-plugin-double "$GPU_DEVICE_PLUGIN_DOUBLE_VERSION")" \
     --count "$GPUS" --device-dir "$GPU_DEV_DIR" --kubelet-dir "$KUBELET_DIR/device-plugins"
   write_kube_proxy_config
-  start_daemon kube-proxy "$(bin_of kube-proxy "$KUBERNETES_VERSION")" --config "$DIR/kube-proxy-config.yaml" --v 1
+  start_daemon kube-proxy "${IN[@]}" "$(bin_of kube-proxy "$KUBERNETES_VERSION")" --config "$DIR/kube-proxy-config.yaml" --v 1
   write_corefile
-  start_daemon coredns "$(bin_of coredns "$COREDNS_VERSION")" -conf "$DIR/Corefile"
+  start_daemon coredns "${IN[@]}" "$(bin_of coredns "$COREDNS_VERSION")" -conf "$DIR/Corefile"
   start_kube_router
   wait_for 180 "node $NODE Ready" node_ready
   wait_for 60 "nvidia.com/gpu=$GPUS allocatable on $NODE (device plugin double)" node_has_gpus
   [ "$(gpu_device_files | wc -l)" -ge "$GPUS" ] || die "the GPU double made no $GPU_DEV_DIR/nvidia0..$((GPUS - 1)) (log: $DIR/logs/gpu-device-plugin-double.log)"
   wait_for 60 "cluster DNS on $DNS_IP" dns_answers
   wait_for 60 "NetworkPolicy enforcement (kube-router's chains)" policies_enforced
-  log "up in $(( $(date +%s) - t0 ))s: node $NODE Ready, $GPUS GPUs (double), DNS $DNS_IP, pods on $POD_CIDR"
+  log "up in $(( $(date +%s) - t0 ))s: node $NODE ($NODE_IP) Ready, $GPUS GPUs (double), DNS $DNS_IP, pods on $POD_CIDR"
+}
+
+# The namespaced nodes of this cluster dir, by number (1 2 3 ...)
+namespaced_nodes() {
+  local d; for d in "$CLUSTER_DIR"/nodes/gpu-real-*; do [ -d "$d" ] && echo "${d##*/gpu-real-}"; done | sort -n
 }
 
 cmd_down() {
-  [ -d "$DIR" ] || { log "no node in $DIR"; return 0; }
-  # what down removes is the machine's (kubelet dir, bridge, cgroups, /dev/nvidiaK): never under another running node
+  # what down removes is the machine's (kubelet dir, bridges, cgroups, /dev/nvidiaK): never under another running node
   local owner; owner=$(cat "$OWNER_DIR/owner" 2>/dev/null || true)
-  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && [ -f "$owner/node/pids/kubelet.pid" ] &&
-     kill -0 "$(cat "$owner/node/pids/kubelet.pid")" 2>/dev/null; then
-    die "the node running on this machine is $owner's, not $CLUSTER_DIR's: not touching it"
+  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && nodes_running "$owner"; then
+    die "the nodes running on this machine are $owner's, not $CLUSTER_DIR's: not touching them"
   fi
+  local k found=""
+  for k in $(namespaced_nodes); do
+    NODES=$k; use_namespaced_node "$k"; node_down; found=1
+  done
+  [ -z "$found" ] || { link_teardown; rmdir "$CLUSTER_DIR/nodes" 2>/dev/null || true; }
+  NODES=""; DIR="$CLUSTER_DIR/node"
+  if [ -d "$DIR" ]; then node_down; found=1; fi
+  [ -n "$found" ] || log "no node in $CLUSTER_DIR"
+  [ "$(cat "$OWNER_DIR/owner" 2>/dev/null)" != "$CLUSTER_DIR" ] || rm -f "$OWNER_DIR/owner"
+}
+
+node_down() {
   local sock="$DIR/containerd/containerd.sock" id
   stop_daemon kube-router; stop_daemon coredns; stop_daemon kube-proxy; stop_daemon gpu-device-plugin-double; stop_daemon kubelet
   if containerd_ready; then
@@ -399,6 +573,7 @@ cmd_down() {
   # containerd-shim processes of this node's containers (they outlive containerd by design)
   pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io -id .* -address $sock" 2>/dev/null || true
   sleep 1
+  [ -z "$NODES" ] || { namespaced_node_down; return; }
   # mounts under this node's directories, deepest first (the kubelet also bind-mounts its root dir on itself)
   awk -v a="$DIR" -v b="$KUBELET_DIR" '$2 == a || $2 == b || index($2, a "/") == 1 || index($2, b "/") == 1 {print $2}' \
     /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -417,6 +592,24 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
   local name; for name in $(ipset list -n 2>/dev/null); do
     case "$name" in KUBE-*|kube-router*) ipset destroy "$name" 2>/dev/null || true ;; esac
   done
+  node_cgroups_down
+  # the host's GPU device files the double made (never with NVIDIA's driver loaded: then they are real)
+  if no_nvidia_driver; then
+    local f; for f in $(gpu_device_files); do rm -f "$f"; done
+  fi
+  rm -rf "$KUBELET_DIR" "$DIR"
+  log "down"
+}
+
+# A namespaced node's network, iptables, ipsets, DNS address and mounts go with its namespaces.
+namespaced_node_down() {
+  node_cgroups_down
+  namespaces_teardown
+  rm -rf "$DIR"
+  log "$NODE down"
+}
+
+node_cgroups_down() {
   # What is still in this node's cgroups (Slurm's slurm_<node>/... among them, nested in slurmd's
   # container) was not stopped through containerd (its socket gone...): it goes by its pids.
   local cgroups=(/sys/fs/cgroup/*/"${CGROUP_ROOT#/}") c p
@@ -428,18 +621,21 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   kc delete node "$NODE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  # the host's GPU device files the double made (never with NVIDIA's driver loaded: then they are real)
-  if no_nvidia_driver; then
-    local f; for f in $(gpu_device_files); do rm -f "$f"; done
-  fi
-  rm -rf "$KUBELET_DIR" "$DIR"
-  [ "$(cat "$OWNER_DIR/owner" 2>/dev/null)" = "$CLUSTER_DIR" ] && rm -f "$OWNER_DIR/owner"
-  log "down"
 }
 
 container_task_ids() { ctr --address "$DIR/containerd/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null || true; }
 
 cmd_status() {
+  local k rc=0
+  for k in $(namespaced_nodes); do
+    NODES=$k; use_namespaced_node "$k"; node_status || rc=1
+  done
+  NODES=""; DIR="$CLUSTER_DIR/node"
+  if [ -d "$DIR" ] || [ -z "$(namespaced_nodes)" ]; then node_status || rc=1; fi
+  return $rc
+}
+
+node_status() {
   local d rc=0
   for d in "${DAEMONS[@]}"; do
     if pid_alive "$d"; then log "$d: running (pid $(cat "$DIR/pids/$d.pid"))"; else log "$d: not running"; rc=1; fi
@@ -450,9 +646,41 @@ cmd_status() {
   return $rc
 }
 
+# ------------------------------------------------------------------ a node lost and back
+use_node_named() { # use_node_named gpu-real-K: a namespaced node of this cluster
+  local k=${1#gpu-real-}
+  [[ "$k" =~ ^[0-9]+$ ]] && [ -d "$CLUSTER_DIR/nodes/$1" ] || die "no namespaced node $1 in $CLUSTER_DIR/nodes"
+  NODES=$k; use_namespaced_node "$k"
+}
+
+node_daemons_signal() { local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" && kill "-$1" "$(cat "$DIR/pids/$d.pid")"; done; return 0; }
+freezer() { echo "$1" >"/sys/fs/cgroup/freezer/${CGROUP_ROOT#/}/freezer.state"; }
+
+cmd_fail() {
+  use_node_named "$1"
+  ip link set "dsv-${NODE#gpu-real-}" down   # nothing reaches it, nothing leaves it
+  node_daemons_signal STOP                  # its kubelet stops reporting: NotReady after the grace period
+  freezer FROZEN                            # its pods stop where they are
+  log "$NODE failed: link down, daemons stopped, pods frozen"
+}
+
+cmd_recover() {
+  use_node_named "$1"
+  local p; for p in $(find /sys/fs/cgroup/pids/"${CGROUP_ROOT#/}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
+    kill -KILL "$p" 2>/dev/null || true      # delivered once thawed: the node restarted
+  done
+  freezer THAWED
+  node_daemons_signal CONT
+  ip link set "dsv-${NODE#gpu-real-}" up
+  wait_for 180 "node $NODE Ready again" node_ready
+  log "$NODE recovered: its pods' processes restarted by the kubelet"
+}
+
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up | down | status" >&2; exit 2 ;;
+  fail) cmd_fail "${2:?node name}" ;;
+  recover) cmd_recover "${2:?node name}" ;;
+  *) echo "usage: $0 up | down | status | fail NODE | recover NODE" >&2; exit 2 ;;
 esac

@@ -93,6 +93,12 @@ with open(os.path.join(work, "Pulumi.yaml"), "w") as out:
     yaml.safe_dump(project, out, sort_keys=False)
 PY
 { cat "$ROOT/Pulumi.$STACK.yaml"; [ -n "$salt" ] && echo "$salt"; } >"$WORK/Pulumi.$STACK.yaml"
+# The local stack on `make up NODES=N`'s namespaced nodes: its pools and node addresses fitted to N.
+nodes=$(find "$CLUSTER_DIR/nodes" -mindepth 1 -maxdepth 1 -name 'gpu-real-*' 2>/dev/null | wc -l)
+if [ "$STACK" = local ] && [ -z "${DUALSCHED_KUBECONFIG:-}" ] && [ "$nodes" -gt 0 ]; then
+  "$VENV/bin/python" "$HERE/local_nodes.py" "$WORK/Pulumi.$STACK.yaml" "$nodes"
+  log "local stack fitted to $nodes real nodes (tools/local_nodes.py)"
+fi
 cd "$WORK"
 
 if ! pulumi stack select --non-interactive "$STACK" >/dev/null 2>&1; then

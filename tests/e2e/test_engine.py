@@ -26,6 +26,7 @@ from pulumi import automation as auto
 from dualsched.components.node_keeper import KEEPER, STATE_FILE
 from dualsched.components.slurm_config import CLUSTER_NAME_LOCK
 from dualsched.config import StackConfig, parse_stack_config
+from dualsched.config.models import path_under
 
 from e2e_support import TIMINGS, Steps, World, b64, raw_config
 
@@ -195,10 +196,14 @@ def test_claims_are_bound_to_their_volumes(world: World, dev: Deployed):
         volume = volumes[claim["spec"]["volumeName"]]
         assert volume["spec"]["claimRef"]["name"] == claim["metadata"]["name"], name
         if claim["metadata"]["labels"].get("app.kubernetes.io/name") == "shared-storage":
-            # the shared file system: our own PV (NFS from the config), bound by name
+            # the shared file system: our own PV (NFS from the config), bound by name; inference's is the models
+            # directory only, read-only at the mount
             assert volume["metadata"]["labels"]["app.kubernetes.io/part-of"] == "dualsched", name
+            inference = claim["metadata"]["namespace"] == config.inference.namespace
+            path = path_under(config.storage.nfs.path, config.storage.models_path if inference else None)
             nfs = volume["spec"]["nfs"]
-            assert (nfs["server"], nfs["path"]) == (config.storage.nfs.server, config.storage.nfs.path), name
+            assert (nfs["server"], nfs["path"]) == (config.storage.nfs.server, path), name
+            assert volume["spec"].get("mountOptions") == (["ro"] if inference else None), name
             assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
         else:
             # controller state / database: a class-less claim on one of the cluster's static PVs

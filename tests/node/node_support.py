@@ -6,11 +6,16 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
+
+import pytest
 
 # The node tier drives the engine exactly as the e2e tier does: share its helpers; and it prepares
 # its shared directory with the tool `make up` uses.
@@ -18,11 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from dualsched.config.loader import parse_stack_config  # noqa: E402
-from e2e_support import TOOLS, World, raw_config  # noqa: E402
+from e2e_support import TIMINGS, TOOLS, VENV, World, copy_project, load_env, raw_config, tail  # noqa: E402
 from seed_shared import seed_shared  # noqa: E402
+from control_plane import control_plane_ports  # noqa: E402
 
 JOB_USER_UID = 2001
 """alice, the local stack's job user: owns the job and model directories on the shared file system."""
+
+
+OWNER_FILE = Path("/run/dualsched-node/owner")
+"""The cluster dir whose real nodes run on this machine (tools/node.sh)."""
 
 
 class NodeWorld(World):
@@ -30,6 +40,61 @@ class NodeWorld(World):
 
     def node(self, *args: str, check: bool = True):
         return self.run([str(TOOLS / "node.sh"), *args], check=check, timeout=900)
+
+
+def free_the_machine(say: Callable[[str], None]) -> None:
+    """Real nodes are one set per machine: those of another cluster dir (`make up`'s, or a kept
+    test world) are stopped, with their control plane, and the tier says so."""
+    other = OWNER_FILE.read_text().strip() if OWNER_FILE.exists() else ""
+    if not other or not Path(other).exists():
+        return
+    say(f"stopping the real nodes and control plane of {other} (`make up`'s cluster, or a kept test "
+        f"world): this tier runs nodes of its own; `make up` brings them back")
+    env = {**os.environ, "DUALSCHED_CLUSTER_DIR": other}
+    for script in ("node.sh", "cluster.sh"):
+        subprocess.run([str(TOOLS / script), "down"], env=env, capture_output=True, timeout=900)
+
+
+@contextlib.contextmanager
+def node_world_running(tmp: Path, config: dict, nodes: Optional[int], keep: str) -> Iterator[NodeWorld]:
+    """A private control plane, real nodes joined to it (``nodes`` namespaced ones, or this machine
+    itself when None) and a copy of the project whose program is tests/node/program.py; all stopped and
+    removed at the end unless the environment variable ``keep`` is 1."""
+    if os.geteuid() != 0:
+        pytest.fail("real nodes run containerd, kubelets and network namespaces: run this tier as root")
+    if not (VENV / "bin" / "python").exists():
+        pytest.fail(f"{VENV} missing: run `make venv`")
+    free_the_machine(lambda message: print(f"\n[node] {message}", file=sys.stderr))
+    cluster_dir = tmp / "cluster"
+    env = load_env(tmp, cluster_dir, control_plane_ports())
+    if nodes is not None:
+        env["DUALSCHED_NODES"] = str(nodes)
+    project = tmp / "project"
+    copy_project(project)
+    shutil.copy2(Path(__file__).parent / "program.py", project / "__main__.py")
+    world = NodeWorld(tmp=tmp, env=env, project=project, cluster_dir=cluster_dir)
+    world.shared = shared_directory(config)
+    start = time.monotonic()
+    try:
+        started = world.cluster("up", "none", check=False)
+        if started.returncode != 0:
+            pytest.fail(f"could not start the control plane (tools/cluster.sh up none):\n{tail(started.stdout)}\n{tail(started.stderr)}")
+        TIMINGS.append((f"{'multi-node: ' if nodes else ''}control plane start (cluster.sh up none)", time.monotonic() - start))
+        start = time.monotonic()
+        joined = world.node("up", check=False)
+        if joined.returncode != 0:
+            pytest.fail(f"the real nodes did not start (tools/node.sh up):\n{tail(joined.stdout)}\n{tail(joined.stderr)}")
+        what = f"multi-node: {nodes} real nodes start" if nodes else "real node start"
+        TIMINGS.append((f"{what} (node.sh up: containerd, images, kubelet, proxy, DNS)", time.monotonic() - start))
+        yield world
+    finally:
+        if os.environ.get(keep) == "1":
+            print(f"\n[node] kept: KUBECONFIG={cluster_dir / 'kubeconfig'} project={project} shared={world.shared} "
+                  f"(DUALSCHED_CLUSTER_DIR={cluster_dir} tools/node.sh down; tools/cluster.sh down)", file=sys.stderr)
+        else:
+            world.node("down", check=False)
+            world.cluster("down", check=False)
+            shutil.rmtree(world.shared, ignore_errors=True)
 
     def container_pid(self, container_id: str) -> int:
         """The host pid of a container's first process (``containerd://<id>`` or ``<id>``), from this
@@ -122,10 +187,36 @@ def gpu_files_in(pid: int, gpus: int) -> Iterator[None]:
                 path.unlink()
 
 
-def shared_directory() -> Path:
-    """The hostPath "shared file system" of this session, prepared as `make up` prepares the local stack's."""
+ONE_NODE_POOL = {
+    "name": "gpu", "nodes": "gpu-real-1", "mode": "partitioned", "gpusPerNode": 4, "slurmGpus": 2,
+    "cpus": 1, "realMemoryMb": 4096, "allocatable": {"cpus": 2, "memoryMb": 16384}, "memSpecLimitMb": 512,
+}
+"""This tier's one node, this machine itself (tools/node.sh without DUALSCHED_NODES): its kubelet offers pods
+2 CPUs and ~23 GiB; Slurm takes 1 CPU and 4 GiB of it, 2 of its 4 GPUs."""
+
+ONE_NODE_CIDRS = ["192.0.2.0/24", "10.244.0.1/32"]
+"""This machine's eth0 network (the node, slurmd on the host network, and the API server) and the CNI bridge's
+own address, which host-network traffic to a pod on this node comes from: slurmd registers from it."""
+
+
+def one_node_config() -> dict:
+    """The checkout's local stack (three namespaced nodes) on this tier's one node."""
+    config = raw_config("local")
+    config["pools"] = [dict(ONE_NODE_POOL)]
+    config["slurm"]["partitions"][0]["pools"] = ["gpu"]
+    config["network"] = {"nodeCidrs": list(ONE_NODE_CIDRS)}
+    # one node: no backup controller to take over from it
+    controller = config["slurm"]["controller"]
+    for key in ("ha", "slurmctldTimeout"):
+        controller.pop(key)
+    controller["stateStorage"].pop("accessMode")
+    return config
+
+
+def shared_directory(config: dict) -> Path:
+    """The hostPath "shared file system" of a world, prepared as `make up` prepares the local stack's."""
     path = Path(tempfile.mkdtemp(prefix="dualsched-shared-", dir="/var/tmp"))
-    seed_shared(parse_stack_config(with_shared_path(raw_config("local"), path), "Pulumi.local.yaml"))
+    seed_shared(parse_stack_config(with_shared_path(config, path), "Pulumi.local.yaml"))
     return path
 
 
@@ -134,9 +225,9 @@ def with_shared_path(config: dict, path: Path) -> dict:
     return config
 
 
-def local_config(world: NodeWorld) -> dict:
-    """The checkout's local stack, its shared directory in this session's temp dir and its API server's
-    port (a free one, not 6443) open to the token minter."""
-    config = with_shared_path(raw_config("local"), world.shared)
+def local_config(world: NodeWorld, config: Optional[dict] = None) -> dict:
+    """The checkout's local stack (by default on this tier's one node), its shared directory in this session's
+    temp dir and its API server's port (a free one, not 6443) open to the token minter."""
+    config = with_shared_path(config or one_node_config(), world.shared)
     config["network"]["apiServerPorts"] = [int(world.env["DUALSCHED_APISERVER_PORT"])]
     return config
