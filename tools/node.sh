@@ -10,9 +10,10 @@
 #   tools/node.sh up       start (idempotent) and wait until the node(s) are Ready with their GPUs
 #   tools/node.sh down     stop what `up` started and remove its state, network and cgroups
 #   tools/node.sh status   show process and node status (exit 1 if not running)
-#   tools/node.sh fail NODE     namespaced NODE goes away: its link cut, its daemons and pods frozen
-#   tools/node.sh recover NODE  it comes back as after a restart: its pods' processes killed (the
-#                               kubelet starts them anew), daemons resumed, link restored, Ready
+#   tools/node.sh fail NODE     namespaced NODE goes away as in a power loss: its link cut, its
+#                               daemons stopped, every process of its pods killed
+#   tools/node.sh recover NODE  it comes back: daemons resumed, link restored, the kubelet starts
+#                               the pods' containers anew; Ready
 #
 # Env: DUALSCHED_CLUSTER_DIR (the control plane's state dir, as for cluster.sh),
 #      DUALSCHED_NODE_GPUS (GPUs per node, default 4),
@@ -654,26 +655,23 @@ use_node_named() { # use_node_named gpu-real-K: a namespaced node of this cluste
 }
 
 node_daemons_signal() { local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" && kill "-$1" "$(cat "$DIR/pids/$d.pid")"; done; return 0; }
-freezer() { echo "$1" >"/sys/fs/cgroup/freezer/${CGROUP_ROOT#/}/freezer.state"; }
 
 cmd_fail() {
   use_node_named "$1"
   ip link set "dsv-${NODE#gpu-real-}" down   # nothing reaches it, nothing leaves it
   node_daemons_signal STOP                  # its kubelet stops reporting: NotReady after the grace period
-  freezer FROZEN                            # its pods stop where they are
-  log "$NODE failed: link down, daemons stopped, pods frozen"
+  local p; for p in $(find /sys/fs/cgroup/pids/"${CGROUP_ROOT#/}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
+    kill -KILL "$p" 2>/dev/null || true      # its pods' processes die with it (their locks and sockets too)
+  done
+  log "$NODE failed: link down, daemons stopped, pods' processes killed"
 }
 
 cmd_recover() {
   use_node_named "$1"
-  local p; for p in $(find /sys/fs/cgroup/pids/"${CGROUP_ROOT#/}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
-    kill -KILL "$p" 2>/dev/null || true      # delivered once thawed: the node restarted
-  done
-  freezer THAWED
   node_daemons_signal CONT
   ip link set "dsv-${NODE#gpu-real-}" up
   wait_for 180 "node $NODE Ready again" node_ready
-  log "$NODE recovered: its pods' processes restarted by the kubelet"
+  log "$NODE recovered: its pods' containers restarted by the kubelet"
 }
 
 case "${1:-}" in

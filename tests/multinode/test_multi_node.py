@@ -185,6 +185,12 @@ def controllers_up(nodes: Nodes) -> dict[str, str]:
     return dict(re.findall(r"Slurmctld\((primary|backup)\) at \S+ is (UP|DOWN)", client(nodes, "scontrol", "ping").stdout))
 
 
+def backup_log(nodes: Nodes) -> str:
+    """The end of slurmctld-1's log, for a failure message."""
+    result = nodes.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-1", "-c", "slurmctld", "--tail=15", check=False)
+    return (result.stdout + result.stderr).strip()
+
+
 def controller_state(nodes: Nodes) -> Path:
     """slurmctld's StateSaveLocation as this machine sees it: the host directory of the claim's volume
     (tools/cluster.sh's volumes, one directory every node sees)."""
@@ -213,12 +219,19 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
     saved = controller_state(nodes) / "job_state"
     started = time.time()
     wait_until("the primary to save the running job", lambda: saved.exists() and saved.stat().st_mtime > started, timeout=60)
+    # Without the database (it may be on the lost node), a backup starts only from a full state save, which the
+    # primary writes 300 s after it starts (PERIODIC_CHECKPOINT) and then every 300 s; before that, the backup
+    # exits: "we have no TRES from it" (docs/multi-node.md).
+    tres = controller_state(nodes) / "last_tres"
+    wait_until("the primary's first full state save", tres.exists, timeout=330, every=5)
 
     lost = time.monotonic()
     world.node("fail", primary_node)
     try:
         wait_until("the primary to stop answering", lambda: controllers_up(nodes).get("primary") == "DOWN", timeout=120)
-        states = wait_until("the backup to answer for the jobs", lambda: squeue_states(nodes, running, pending), timeout=300)
+        states = wait_until("the backup to answer for the jobs", lambda: squeue_states(nodes, running, pending) or
+                            NoAnswer(f"{squeue_states(nodes, running, pending)}; the backup's log: {backup_log(nodes)}"),
+                            timeout=300)  # fmt: skip
         takeover = time.monotonic() - lost
         TIMINGS.append((f"multi-node: backup slurmctld in control after {primary_node} was lost", takeover))
         assert states == {running: "RUNNING", pending: "PENDING"}, states
