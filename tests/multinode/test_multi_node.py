@@ -211,6 +211,11 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
                             "--time=10", "--output=/dev/null", *args)  # fmt: skip
         return int(out.strip().split(";")[0])
 
+    # Without the database (it may be on the lost node), a backup starts only from a full state save, which the
+    # primary writes 300 s after it starts (PERIODIC_CHECKPOINT) and then every 300 s; before that, the backup
+    # exits: "we have no TRES from it" (docs/multi-node.md).
+    tres = controller_state(nodes) / "last_tres"
+    wait_until("the primary's first full state save", tres.exists, timeout=330, every=5)
     running = submit("--wrap=sleep 300")  # outlasts the outage and the return
     pending = submit("--begin=now+3600", "--wrap=true")
     wait_until("the long job to run", lambda: (squeue_states(nodes, running) or {}).get(running) == "RUNNING", timeout=120)
@@ -219,11 +224,6 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
     saved = controller_state(nodes) / "job_state"
     started = time.time()
     wait_until("the primary to save the running job", lambda: saved.exists() and saved.stat().st_mtime > started, timeout=60)
-    # Without the database (it may be on the lost node), a backup starts only from a full state save, which the
-    # primary writes 300 s after it starts (PERIODIC_CHECKPOINT) and then every 300 s; before that, the backup
-    # exits: "we have no TRES from it" (docs/multi-node.md).
-    tres = controller_state(nodes) / "last_tres"
-    wait_until("the primary's first full state save", tres.exists, timeout=330, every=5)
 
     lost = time.monotonic()
     world.node("fail", primary_node)
