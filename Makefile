@@ -1,6 +1,6 @@
 # dualsched — the two commands that matter:
 #   make up     set up everything and run the dev stack (tools, local cluster, pulumi up)
-#   make test   run every test tier: unit, real Slurm, real Pulumi engine + API server, real node
+#   make test   run every test tier: unit, real Slurm, real Pulumi engine + API server, real node, real multi-node
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS_CACHE ?= $(HOME)/.cache/dualsched-tools
 # real nodes of `make up`'s cluster, each in network and mount namespaces of its own (tools/node.sh)
-NODES ?= 3
+NODES ?= 4
 export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 
 .PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
@@ -36,8 +36,8 @@ render-prod: venv
 tools:
 	tools/build-tools.sh
 
-# the control plane without fake nodes, and $(NODES) real nodes joined to it
-cluster: tools
+# the control plane without fake nodes, and $(NODES) real nodes joined to it (with the images built)
+cluster: tools images
 	tools/cluster.sh up none
 	DUALSCHED_NODES=$(NODES) tools/node.sh up
 
@@ -74,17 +74,22 @@ test-e2e: venv tools
 test-node: venv tools images
 	$(PY) -m pytest -m node tests/node
 
-# the real multi-node tier: a control plane and three namespaced real nodes of its own
+# the real multi-node tier: a control plane and four namespaced real nodes of its own
 test-multinode: venv tools images
 	$(PY) -m pytest -m multinode tests/multinode
 
 ## Container images of the real node, from Debian packages (cached in $(TOOLS_CACHE)/images)
-images:
+# slurmd-pyxis builds Pyxis against the host's libslurm-dev (slurm-deps); torch is the Enroot image of the
+# seed's training job (examples/train_multinode.sbatch)
+images: slurm-deps
 	tools/images.sh build
 	DUALSCHED_SLURM_SUITE=forky tools/images.sh build slurm
+	tools/images.sh squashfs torch
 
+# every tier: the real-node tiers one after the other, the unit, Slurm and e2e tiers beside them
+# (tools/test-tiers.sh says why that is safe and how the output reads)
 test: venv slurm-deps checkov tools images
-	$(PY) -m pytest
+	MAKE="$(MAKE)" tools/test-tiers.sh
 
 ## The component package's generated input types and schema (package/, docs/component-package.md)
 package-schema: venv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Optional
+from typing import Iterable, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -16,7 +16,8 @@ from dualsched.components.identity import identity_mounts, identity_volume, user
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
-    ENROOT_CONF, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, Site, render_enroot_conf, render_health_settings,
+    ENROOT_CONF, ENROOT_TASK_PROLOG_MOUNTS, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, TASK_PROLOG, Site, render_enroot_conf,
+    render_enroot_mounts, render_health_settings, task_prolog_path,
 )
 from dualsched.config.models import CgroupVersion, NodePool, PoolContainers, PoolMode, StackConfig, Taint
 
@@ -141,10 +142,21 @@ def enroot_directories(containers: PoolContainers) -> str:
     return f"mkdir -p {paths} && chmod 1777 {paths}"
 
 
+def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]:
+    """Enroot's directories for the pool's slurmd: its own where it runs containers. Where it does not but
+    another pool does, slurmd still loads Pyxis (one plugstack.conf), and Pyxis runs `enroot list` in every
+    job's epilog (container_scope=job): without Enroot's directories that fails and Slurm drains the node
+    after each job. There Enroot gets the default paths, all in the pod (nothing to keep), to list nothing;
+    its unprivileged slurmd can start no container."""
+    if pool.containers is not None:
+        return pool.containers
+    return PoolContainers() if config.runs_containers else None
+
+
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
     """slurmd in the foreground; once the primary controller answers (or has had its time) when there is a
-    backup; unprivileged, after making its own cgroup writable; with Enroot's directories ready where the
-    pool runs containers."""
+    backup; unprivileged, after making its own cgroup writable; with Enroot's directories ready where
+    Pyxis runs (pool_enroot)."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
     steps = []
     if len(site.controller_hosts) > 1:
@@ -153,8 +165,9 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
         steps.append(REMOUNT_CGROUPS_WRITABLE)
         if config.slurm.cgroup_version is CgroupVersion.V1:
             steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
-    if pool.containers is not None:
-        steps.append(enroot_directories(pool.containers))
+    enroot = pool_enroot(config, pool)
+    if enroot is not None:
+        steps.append(enroot_directories(enroot))
     if not steps:
         return slurmd
     return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
@@ -166,28 +179,42 @@ def slurmd_image(config: StackConfig) -> str:
     return config.images.slurmd_pyxis if config.runs_containers else config.images.slurmd
 
 
-def enroot_volumes(containers: PoolContainers, enroot_config_map_name: pulumi.Input[str]) -> list[k8s.core.v1.VolumeArgs]:
-    """The layer cache and unpacked containers on the node's own disk (hostPath): a slurmd pod
-    replaced to pick up a change keeps the images its node already pulled. The runtime directory
-    holds nothing a job needs once it has ended: an emptyDir."""
-    return [
-        empty_dir("enroot-runtime"),
-        *(
+def enroot_volumes(
+    pool: NodePool, enroot: PoolContainers, enroot_config_map_name: pulumi.Input[str]
+) -> list[k8s.core.v1.VolumeArgs]:
+    """Where the pool runs containers, the layer cache and unpacked containers on the node's own disk
+    (hostPath): a slurmd pod replaced to pick up a change keeps the images its node already pulled.
+    The runtime directory holds nothing a job needs once it has ended, and a pool without containers
+    keeps nothing: emptyDirs."""
+    stored = (("enroot-cache", enroot.cache_path), ("enroot-data", enroot.data_path))
+    if pool.containers is None:
+        on_node = [empty_dir(name) for name, _ in stored]
+    else:
+        on_node = [
             k8s.core.v1.VolumeArgs(
                 name=name, host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=path, type="DirectoryOrCreate")
             )
-            for name, path in (("enroot-cache", containers.cache_path), ("enroot-data", containers.data_path))
-        ),
-        config_map_volume("enroot-conf", enroot_config_map_name),
-    ]
+            for name, path in stored
+        ]
+    return [empty_dir("enroot-runtime"), *on_node, config_map_volume("enroot-conf", enroot_config_map_name)]
 
 
-def enroot_mounts(containers: PoolContainers) -> list[k8s.core.v1.VolumeMountArgs]:
+def enroot_files(enroot: PoolContainers, task_prolog: Optional[str]) -> dict[str, str]:
+    """The enroot ConfigMap's files: enroot.conf, and the mount that puts the TaskProlog in containers."""
+    mounts = {ENROOT_TASK_PROLOG_MOUNTS: render_enroot_mounts(task_prolog)} if task_prolog else {}
+    return {ENROOT_CONF: render_enroot_conf(enroot), **mounts}
+
+
+def enroot_mounts(enroot: PoolContainers, files: Iterable[str]) -> list[k8s.core.v1.VolumeMountArgs]:
+    where = {
+        ENROOT_CONF: f"{ENROOT_CONF_DIR}/{ENROOT_CONF}",
+        ENROOT_TASK_PROLOG_MOUNTS: f"{ENROOT_CONF_DIR}/mounts.d/{ENROOT_TASK_PROLOG_MOUNTS}",
+    }
     return [
-        mount("enroot-runtime", containers.runtime_path),
-        mount("enroot-cache", containers.cache_path),
-        mount("enroot-data", containers.data_path),
-        mount("enroot-conf", f"{ENROOT_CONF_DIR}/{ENROOT_CONF}", read_only=True, sub_path=ENROOT_CONF),
+        mount("enroot-runtime", enroot.runtime_path),
+        mount("enroot-cache", enroot.cache_path),
+        mount("enroot-data", enroot.data_path),
+        *(mount("enroot-conf", where[name], read_only=True, sub_path=name) for name in files),
     ]
 
 
@@ -200,6 +227,7 @@ def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
 
 
 HEALTH_VOLUME = "health"
+TASK_PROLOG_VOLUME = "task-prolog"
 
 
 def health_config_map_name(pool: NodePool) -> str:
@@ -207,11 +235,15 @@ def health_config_map_name(pool: NodePool) -> str:
     return f"slurmd-health-{pool.name}"
 
 
-def health_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
-    # slurmd execs the program directly (HealthCheckProgram): it needs the execute bit.
+def task_prolog_config_map_name(pool: NodePool) -> str:
+    """A fixed name, mounted as a directory, like the health check's."""
+    return f"slurmd-task-prolog-{pool.name}"
+
+
+def program_volume(name: str, config_map_name: str) -> k8s.core.v1.VolumeArgs:
+    # slurmd and slurmstepd exec these programs directly (HealthCheckProgram, TaskProlog): they need the execute bit.
     return k8s.core.v1.VolumeArgs(
-        name=HEALTH_VOLUME,
-        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=health_config_map_name(pool), default_mode=0o555),
+        name=name, config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map_name, default_mode=0o555)
     )
 
 
@@ -229,17 +261,26 @@ class ComputePool(pulumi.ComponentResource):
         config, pool = args.config, args.pool
         selector = slurmd_selector(pool)
         pod_labels = {**selector, config.placement.pool_label: pool.name}
-        enroot_config_map_name = None
-        if pool.containers is not None:
+        enroot, enroot_config_map_name = pool_enroot(config, pool), None
+        if enroot is not None:
             enroot_config_map_name = k8s.core.v1.ConfigMap(
                 f"{name}-enroot",
                 metadata=meta(namespace=args.namespace, labels=pod_labels),
-                data={ENROOT_CONF: render_enroot_conf(pool.containers)},
+                data=enroot_files(enroot, task_prolog_path(config, args.site)),
                 opts=child(self),
             ).metadata.name
-        health = []
+        programs = []
+        if task_prolog_path(config, args.site):
+            programs.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-task-prolog",
+                    metadata=meta(name=task_prolog_config_map_name(pool), namespace=args.namespace, labels=pod_labels),
+                    data={TASK_PROLOG: source(TASK_PROLOG)},
+                    opts=child(self),
+                )
+            )
         if config.slurm.health_check.enabled:
-            health.append(
+            programs.append(
                 k8s.core.v1.ConfigMap(
                     f"{name}-health",
                     metadata=meta(name=health_config_map_name(pool), namespace=args.namespace, labels=pod_labels),
@@ -264,7 +305,7 @@ class ComputePool(pulumi.ComponentResource):
                     spec=self._pod_spec(args, enroot_config_map_name),
                 ),
             ),
-            opts=child(self, depends_on=health),
+            opts=child(self, depends_on=programs),
         )
         self.daemonset_name = daemonset.metadata.name
         self.register_outputs({"daemonset_name": self.daemonset_name})
@@ -274,8 +315,9 @@ class ComputePool(pulumi.ComponentResource):
         config, pool, site = args.config, args.pool, args.site
         resources = slurmd_resources(pool)
         image = slurmd_image(config)
-        containers = pool.containers
+        enroot = pool_enroot(config, pool)
         health_check = config.slurm.health_check.enabled
+        task_prolog = task_prolog_path(config, site)
         return k8s.core.v1.PodSpecArgs(
             host_network=True,
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
@@ -311,8 +353,9 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
-                        *(enroot_mounts(containers) if containers else ()),
+                        *(enroot_mounts(enroot, enroot_files(enroot, task_prolog)) if enroot else ()),
                         *([mount(HEALTH_VOLUME, site.health_check_dir, read_only=True)] if health_check else []),
+                        *([mount(TASK_PROLOG_VOLUME, site.task_prolog_dir, read_only=True)] if task_prolog else []),
                     ],
                 )
             ],
@@ -323,7 +366,8 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
-                *(enroot_volumes(containers, enroot_config_map_name) if containers else ()),
-                *([health_volume(pool)] if health_check else []),
+                *(enroot_volumes(pool, enroot, enroot_config_map_name) if enroot else ()),
+                *([program_volume(HEALTH_VOLUME, health_config_map_name(pool))] if health_check else []),
+                *([program_volume(TASK_PROLOG_VOLUME, task_prolog_config_map_name(pool))] if task_prolog else []),
             ],
         )

@@ -41,6 +41,8 @@ WINDOW_RESERVATION_PREFIX = "dualsched-window-"
 HEALTH_PROGRAM = "node_health.sh"
 HEALTH_SETTINGS_FILE = "node-health.env"
 """node_health.sh's settings, next to it in site.health_check_dir (slurmd runs it without arguments)."""
+TASK_PROLOG = "task_prolog.sh"
+"""slurm.conf's TaskProlog (components/programs/task_prolog.sh), in site.task_prolog_dir."""
 
 
 # Kubernetes names Slurm resolves through cluster DNS.
@@ -111,6 +113,8 @@ class Site:
     """Pool name -> NodeAddr hostlist, when node names do not resolve to the nodes."""
     health_check_dir: str = "/etc/dualsched/health"
     """Where each slurmd node has node_health.sh and its settings (HealthCheckProgram's directory)."""
+    task_prolog_dir: str = "/etc/dualsched/task"
+    """Where each slurmd node has task_prolog.sh (TaskProlog's directory), when tokens (jwt_key) may submit jobs."""
     shared_dir: str = "/shared"
     """The shared file system inside slurmd (components.compute.SHARED_MOUNT), which the health check tests."""
     addresses_from_registration: bool = False
@@ -410,6 +414,22 @@ _environment = jinja2.Environment(
 )
 
 
+TASK_PROLOG_IN_CONTAINERS_UNTIL = (24, 11)
+"""From 24.11 slurmstepd runs a TaskProlog through its own binary, inside a Pyxis container, which has
+neither it nor its libraries: every container step fails (NVIDIA/pyxis#163)."""
+
+
+def task_prolog_path(config: StackConfig, site: Site) -> Optional[str]:
+    """TaskProlog: where jobs may be submitted with a token (auth/jwt), it keeps the token out of their
+    tasks. Not where Pyxis runs job steps on a release that cannot run it in their containers: there a
+    job submitted with a token can run no `srun` (Slurm's own limit for clients with SLURM_JWT, jwt.html)."""
+    if not site.jwt_key:
+        return None
+    if config.runs_containers and slurm_release(config) >= TASK_PROLOG_IN_CONTAINERS_UNTIL:
+        return None
+    return f"{site.task_prolog_dir}/{TASK_PROLOG}"
+
+
 def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
     """slurm.conf, gres.conf, cgroup.conf, plugstack.conf, the window reservations and the accounting state for the cluster at this site."""
     context = {
@@ -426,16 +446,25 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "account_lines": _account_lines(config),
         "user_lines": _user_lines(config),
         "health_program": f"{site.health_check_dir}/{HEALTH_PROGRAM}",
+        "task_prolog": task_prolog_path(config, site),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 
 
 ENROOT_CONF = "enroot.conf"
+ENROOT_TASK_PROLOG_MOUNTS = "90-dualsched-task-prolog.fstab"
+"""Enroot's mount file for the TaskProlog, in its mounts.d (render_enroot_mounts)."""
 
 
 def render_enroot_conf(containers: PoolContainers) -> str:
     """enroot.conf for a pool's slurmd container: Enroot's directories, one per user (or group) under the pool's."""
     return _environment.get_template(f"{ENROOT_CONF}.j2").render(containers=containers)
+
+
+def render_enroot_mounts(task_prolog: str) -> str:
+    """An Enroot fstab (mounts.d) that binds the TaskProlog into every container, read-only: Pyxis joins the
+    container before slurmstepd runs the TaskProlog, which must then be found there (NVIDIA/pyxis#83)."""
+    return f"{task_prolog} {task_prolog} none x-create=file,bind,ro,nosuid,nodev,private 0 -1\n"
 
 
 def render_health_settings(config: StackConfig, pool: NodePool, site: Site) -> str:

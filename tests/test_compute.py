@@ -5,12 +5,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from dualsched.components.compute import (
-    GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources, wait_for_the_primary,
+    GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources, task_prolog_config_map_name,
+    wait_for_the_primary,
 )
+from dualsched.components.programs import source
 from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
 from dualsched.config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
@@ -321,6 +324,25 @@ def test_munge_key_and_shared_claim_are_mounted(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_slurmd_runs_the_task_prolog_that_keeps_a_submission_token_out_of_jobs(stack):
+    """slurm.conf's TaskProlog is the program of each pool's ConfigMap, executable where slurmstepd runs it; it
+    unsets SLURM_JWT in every task (the real proofs: tests/slurm/test_jwt_auth.py and the multi-node tier's
+    training job, submitted by a Kubernetes Job, whose srun would fail with the token)."""
+    rendered = render_stack(stack)
+    prolog = next(line.split("=", 1)[1] for line in rendered.slurm_files["slurm.conf"].splitlines()
+                  if line.startswith("TaskProlog="))  # fmt: skip
+    directory, program = prolog.rsplit("/", 1)
+    for pool, daemonset in _daemonsets(rendered).items():
+        config_map = task_prolog_config_map_name(SimpleNamespace(name=pool))
+        assert volume(daemonset, "task-prolog")["configMap"] == {"name": config_map, "defaultMode": 0o555}
+        assert mounts(container(daemonset, "slurmd"))[directory] == {"name": "task-prolog", "mountPath": directory, "readOnly": True}
+        data = rendered.named("ConfigMap", config_map, "slurm").manifest["data"]
+        assert data == {program: source(program)}
+    printed = subprocess.run(["sh", "-c", source(program)], capture_output=True, text=True, check=True).stdout
+    assert printed.splitlines() == ["unset SLURM_JWT"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_slurmd_is_configless(stack):
     """It never mounts slurm.conf: it fetches it from every controller listed in --conf-server."""
     rendered = render_stack(stack)
@@ -333,9 +355,10 @@ def test_slurmd_is_configless(stack):
         assert command[command.index("--conf-server") + 1] == controllers
         assert command[command.index("-N") + 1] == "$(NODE_NAME)"
         assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-        # The only ConfigMaps it mounts are the user directory and (prod) the health check, never the Slurm config.
+        # The only ConfigMaps it mounts are the user directory, its programs (the health check in prod, the task
+        # prolog), never the Slurm config.
         health = ["health"] if rendered.config.slurm.health_check.enabled else []
-        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health]
+        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health, "task-prolog"]
         assert not [path for path in mounts(slurmd) if path.startswith("/etc/slurm")]
 
 

@@ -34,6 +34,8 @@ PROBLEM_LINE = re.compile(r"^  \S.*: .+ \(got .*\)$")
 # slurm.conf(5): one parameter per line or, for NodeName/PartitionName, several on one line.
 SETTING_LINE = re.compile(r"[A-Za-z][A-Za-z0-9]*=[!-~]+( [A-Za-z][A-Za-z0-9]*=[!-~]+)*", re.ASCII)
 COMMENT_LINE = re.compile(r"#[ -~]*", re.ASCII)
+PLUGIN_LINE = re.compile(r"(required|optional) /[!-~]+\.so( [!-~]+)*", re.ASCII)
+"""plugstack.conf's lines (spank(8)): required|optional, the plugin's path, its arguments."""
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 
 
@@ -111,9 +113,10 @@ def mutants(draw) -> dict[str, Any]:
 def assert_valid_slurm_files(config: StackConfig) -> None:
     files = render_slurm_files(config, kubernetes_site(config))
     for name, text in files.items():
+        setting = PLUGIN_LINE if name == "plugstack.conf" else SETTING_LINE
         for number, line in enumerate(text.splitlines(), 1):
-            if line and not (COMMENT_LINE.fullmatch(line) or SETTING_LINE.fullmatch(line)):
-                raise AssertionError(f"{name}:{number} is not a comment or Key=Value tokens: {line!r}")
+            if line and not (COMMENT_LINE.fullmatch(line) or setting.fullmatch(line)):
+                raise AssertionError(f"{name}:{number} is not a comment or {setting.pattern!r}: {line!r}")
         assert text.isascii() and "\r" not in text and "\x00" not in text, name
 
 

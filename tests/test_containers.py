@@ -139,12 +139,61 @@ def test_a_pool_with_containers_gets_enroot_config_directories_and_privilege():
     assert command[2].endswith('&& exec "$@"') and command[4:7] == ["slurmd", "-D", "-N"]
 
 
-def test_pools_without_containers_keep_their_unprivileged_slurmd_and_no_enroot():
+def test_pools_without_containers_get_an_enroot_that_lists_nothing_and_no_privilege():
+    """Their slurmd loads Pyxis too, whose job epilog runs `enroot list`: without Enroot's directories it
+    fails and Slurm drains the node after every job (found on the multi-node tier). So they get the
+    default directories, all emptyDirs (nothing on the node's disk), and stay unprivileged."""
     rendered = render_raw(variant("prod", _containers_on_h100_a))
-    slurmd = container(_slurmd_of(rendered, "h100-b"), "slurmd")
+    daemonset = _slurmd_of(rendered, "h100-b")
+    slurmd = container(daemonset, "slurmd")
     assert slurmd["securityContext"]["privileged"] is False
-    assert not any(path.startswith(("/etc/enroot", "/run/enroot", "/var/lib/enroot")) for path in mounts(slurmd))
-    assert len([cm for cm in rendered.by_kind("ConfigMap") if "enroot.conf" in cm.manifest.get("data", {})]) == 1
+    mounted = mounts(slurmd)
+    for name, path in (("enroot-runtime", "/run/enroot"), ("enroot-cache", "/var/lib/enroot/cache"),
+                       ("enroot-data", "/var/lib/enroot/data")):  # fmt: skip
+        assert volume(daemonset, name) == {"name": name, "emptyDir": {}}
+        assert mounted[path]["name"] == name
+    assert mounted["/etc/enroot/enroot.conf"]["name"] == "enroot-conf"
+    assert enroot_directories(PoolContainers()) in slurmd["command"][2]
+    assert not any("hostPath" in v and "enroot" in v["name"] for v in pod_spec(daemonset)["volumes"])
+
+
+def _containers_on_22_05(raw):
+    _containers_on_h100_a(raw)
+    raw["slurm"]["release"] = "22.05"
+
+
+def test_on_22_05_the_task_prolog_is_bound_into_every_container():
+    """slurmstepd runs slurm.conf's TaskProlog after Pyxis has joined the container (NVIDIA/pyxis#83): an Enroot
+    mount puts it there, read-only, on every pool whose slurmd runs Enroot (the real proof: the multi-node
+    tier's training job, its srun steps in containers)."""
+    rendered = render_raw(variant("prod", _containers_on_22_05))
+    prolog = "/etc/dualsched/task/task_prolog.sh"
+    assert f"TaskProlog={prolog}" in rendered.slurm_files["slurm.conf"].splitlines()
+    for pool in ("h100-a", "h100-b"):
+        daemonset = _slurmd_of(rendered, pool)
+        fstab = mounts(container(daemonset, "slurmd"))["/etc/enroot/mounts.d/90-dualsched-task-prolog.fstab"]
+        assert fstab == {"name": "enroot-conf", "mountPath": "/etc/enroot/mounts.d/90-dualsched-task-prolog.fstab",
+                         "readOnly": True, "subPath": "90-dualsched-task-prolog.fstab"}  # fmt: skip
+        data = rendered.named("ConfigMap", volume(daemonset, "enroot-conf")["configMap"]["name"], "slurm").manifest["data"]
+        assert data["90-dualsched-task-prolog.fstab"] == f"{prolog} {prolog} none x-create=file,bind,ro,nosuid,nodev,private 0 -1\n"
+
+
+def test_from_24_11_a_stack_with_containers_has_no_task_prolog():
+    """There slurmstepd runs the TaskProlog through its own binary inside the container, which lacks it and its
+    libraries (NVIDIA/pyxis#163): every container step would fail. Jobs submitted with a token then cannot
+    srun (Slurm's limit, docs/security.md)."""
+    rendered = render_raw(variant("prod", _containers_on_h100_a))
+    assert not [line for line in rendered.slurm_files["slurm.conf"].splitlines() if line.startswith("TaskProlog=")]
+    for daemonset in rendered.by_kind("DaemonSet"):
+        assert not any(v["name"] == "task-prolog" for v in pod_spec(daemonset).get("volumes", []))
+        assert not any(p.startswith("/etc/enroot/mounts.d/") for p in mounts(container(daemonset, "slurmd")))
+
+
+def test_a_stack_without_containers_has_no_enroot():
+    rendered = render_raw(variant("prod", lambda raw: None))
+    assert not [cm for cm in rendered.by_kind("ConfigMap") if "enroot.conf" in cm.manifest.get("data", {})]
+    for daemonset in rendered.by_kind("DaemonSet"):
+        assert not any(v["name"].startswith("enroot-") for v in pod_spec(daemonset).get("volumes", []))
 
 
 def test_enroot_directories_are_made_sticky_and_world_writable(tmp_path):

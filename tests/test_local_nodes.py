@@ -18,8 +18,8 @@ def fitted(count: int):
     return parse_stack_config({k.removeprefix("dualsched:"): v for k, v in config.items()}, "Pulumi.local.yaml")
 
 
-def test_three_nodes_are_the_checked_in_stack():
-    assert fit_to_nodes(copy.deepcopy(LOCAL), 3) == LOCAL
+def test_four_nodes_are_the_checked_in_stack():
+    assert fit_to_nodes(copy.deepcopy(LOCAL), 4) == LOCAL
 
 
 def test_the_last_two_nodes_are_the_shared_pools_and_the_others_the_dedicated_pools():

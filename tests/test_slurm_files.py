@@ -84,7 +84,7 @@ SLURM_CONF_KEYS = {
     "AccountingStorageTRES", "JobAcctGatherType", "JobAcctGatherFrequency", "SlurmctldTimeout", "SlurmdTimeout",
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
     "AccountingStorageEnforce", "PriorityWeightQOS", "PreemptType", "PreemptMode", "PreemptExemptTime", "JobRequeue",
-    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState",
+    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "TaskProlog",
 }
 NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}

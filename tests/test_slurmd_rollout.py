@@ -1,7 +1,7 @@
 """The slurmd rollout controller: its program's decisions on observed state (which node to drain,
 when to replace its pod, which node to resume and which never), its Slurm bridge, and the deployed
 parts (RBAC, the split of credentials between its two containers, network policy, config).
-Its work on a real node with a running job is tests/node/test_slurmd_rollout_node.py."""
+Its work on three real nodes with running jobs is tests/multinode/test_slurmd_rollout_across_nodes.py."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@
 #   dualsched.local/pause:1            busybox from busybox-static: the pod sandbox image
 #   dualsched.local/slurmd-pyxis:22.05 the slurm image's packages, Pyxis's SPANK plugin and Enroot (built by
 #                                      tools/build-pyxis.sh against the host's libslurm-dev: Debian 12's
-#                                      22.05, as the image's; only when named) and what Enroot runs
-#                                      (unsquashfs, awk, column, pwck...): images.slurmdPyxis
+#                                      22.05, as the image's) and what Enroot runs (unsquashfs, awk,
+#                                      column, pwck...): images.slurmdPyxis, the local stack's slurmd
 #   dualsched.local/torch:1.13         python3-torch (CPU; gloo, torchrun) for Slurm jobs: only when named,
 #                                      and as an Enroot squashfs file (`squashfs torch`, below)
 #
@@ -52,7 +52,7 @@
 #   tools/images.sh import [--address SOCK] [IMAGE...]     build if needed, import into SOCK's k8s.io namespace
 #   tools/images.sh list   [IMAGE...]                      name, archive path, size
 #   tools/images.sh squashfs [IMAGE...]                    build an Enroot squashfs image, print its path
-#   IMAGE: slurm login mariadb vllm-standin python pause (default: all); slurmd-pyxis, torch
+#   IMAGE: slurm slurmd-pyxis login mariadb vllm-standin python pause (default: all); torch
 #   (squashfs's default): never built unless named
 # Env: DUALSCHED_TOOLS_CACHE, DUALSCHED_IMAGES_FORCE=1 (rebuild), DUALSCHED_IMAGES_MIRROR
 #      (an mmdebstrap MIRROR argument, e.g. a URL or a sources file; default: mmdebstrap's
@@ -76,12 +76,10 @@ SLURM_SUITE="${DUALSCHED_SLURM_SUITE:-bookworm}"
 declare -A SLURM_TAGS=([bookworm]=22.05 [trixie]=24.11 [forky]=26.05)
 FORCE="${DUALSCHED_IMAGES_FORCE:-0}"
 MIRROR="${DUALSCHED_IMAGES_MIRROR:-}"
-ALL_IMAGES=(slurm login mariadb vllm-standin python pause)
+ALL_IMAGES=(slurm slurmd-pyxis login mariadb vllm-standin python pause)
 # Images for Slurm jobs (Pyxis/Enroot), built only when named: `squashfs` turns them into an
 # Enroot image file (see squashfs_one).
 SQUASHFS_IMAGES=(torch)
-# Built only when named too: the slurm image plus Pyxis and Enroot (tools/build-pyxis.sh).
-OPTIONAL_IMAGES=(slurmd-pyxis "${SQUASHFS_IMAGES[@]}")
 
 # Options of every mmdebstrap run (part of the cache key): no Recommends, no man pages,
 # info or translations, documentation reduced to the copyright files.
@@ -188,7 +186,7 @@ EOF
  "entrypoint": null, "cmd": ["/bin/bash"]}
 EOF
     ;;
-    *) die "unknown image '$1' (known: ${ALL_IMAGES[*]} ${OPTIONAL_IMAGES[*]})" ;;
+    *) die "unknown image '$1' (known: ${ALL_IMAGES[*]} ${SQUASHFS_IMAGES[*]})" ;;
   esac
 }
 

@@ -1,7 +1,8 @@
 """The local stack sized to the namespaced nodes that run (`make up NODES=N`, tools/node.sh).
 
-Pulumi.local.yaml is written for three nodes: pool gpu (gpu-real-1, dedicated) and pool shared
-(gpu-real-2 and 3, partitioned: the model server and the two slurmctld, one per node). With N nodes
+Pulumi.local.yaml is written for four nodes: pool gpu (gpu-real-1 and 2, dedicated, job steps in
+containers) and pool shared (gpu-real-3 and 4, partitioned: the model server and the two slurmctld,
+one per node). With N nodes
 the last two stay the shared pool's (the last one, with one node) and the others are the gpu pool's;
 the NetworkPolicies' node blocks name each node's bridge address.
 tools/up.sh applies this to its generated copy of the stack file; the checkout is never written.

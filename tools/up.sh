@@ -124,8 +124,11 @@ print(*(r["urn"] for r in json.load(sys.stdin)["deployment"].get("resources") or
     exit 0 ;;
 esac
 
-# A hostPath "shared file system" (the local stack) is a directory of this machine: prepare it.
-"$VENV/bin/python" "$HERE/seed_shared.py" "$ROOT/Pulumi.$STACK.yaml"
+# A hostPath "shared file system" (the local stack) is a directory of this machine: prepare it, with the
+# PyTorch image of the seed's training job (examples/train_multinode.sbatch) for the local stack.
+job_images=()
+[ "$STACK" != local ] || job_images=("torch.sqsh=$("$HERE/images.sh" squashfs torch | tail -n 1)")
+"$VENV/bin/python" "$HERE/seed_shared.py" "$ROOT/Pulumi.$STACK.yaml" "${job_images[@]}"
 
 # --refresh: the stack state may describe an earlier cluster (tools/cluster.sh down + up);
 # refreshing first makes the update recreate what is gone instead of trusting stale state.

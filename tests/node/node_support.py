@@ -41,6 +41,16 @@ class NodeWorld(World):
     def node(self, *args: str, check: bool = True):
         return self.run([str(TOOLS / "node.sh"), *args], check=check, timeout=900)
 
+    def container_pid(self, container_id: str) -> int:
+        """The host pid of a container's first process (``containerd://<id>`` or ``<id>``), from this
+        node's containerd."""
+        container_id = container_id.removeprefix("containerd://")
+        socket = self.cluster_dir / "node" / "containerd" / "containerd.sock"
+        tasks = self.run(["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "ls"]).stdout
+        pids = [int(line.split()[1]) for line in tasks.splitlines()[1:] if line.split()[0] == container_id]
+        assert len(pids) == 1, (container_id, tasks)
+        return pids[0]
+
 
 def free_the_machine(say: Callable[[str], None]) -> None:
     """Real nodes are one set per machine: those of another cluster dir (`make up`'s, or a kept
@@ -95,16 +105,6 @@ def node_world_running(tmp: Path, config: dict, nodes: Optional[int], keep: str)
             world.node("down", check=False)
             world.cluster("down", check=False)
             shutil.rmtree(world.shared, ignore_errors=True)
-
-    def container_pid(self, container_id: str) -> int:
-        """The host pid of a container's first process (``containerd://<id>`` or ``<id>``), from this
-        node's containerd."""
-        container_id = container_id.removeprefix("containerd://")
-        socket = self.cluster_dir / "node" / "containerd" / "containerd.sock"
-        tasks = self.run(["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "ls"]).stdout
-        pids = [int(line.split()[1]) for line in tasks.splitlines()[1:] if line.split()[0] == container_id]
-        assert len(pids) == 1, (container_id, tasks)
-        return pids[0]
 
 
 # ---------------------------------------------------------------- GPUs of the device plugin double
@@ -200,7 +200,7 @@ own address, which host-network traffic to a pod on this node comes from: slurmd
 
 
 def one_node_config() -> dict:
-    """The checkout's local stack (three namespaced nodes) on this tier's one node."""
+    """The checkout's local stack (four namespaced nodes) on this tier's one node."""
     config = raw_config("local")
     config["pools"] = [dict(ONE_NODE_POOL)]
     config["slurm"]["partitions"][0]["pools"] = ["gpu"]

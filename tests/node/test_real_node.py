@@ -91,7 +91,7 @@ class Cluster:
         return match.group(1) if match else None
 
     def sacct(self, job_id: int) -> Optional[dict[str, str]]:
-        fields = ("JobID", "User", "State", "Partition", "AllocTRES", "NodeList")
+        fields = ("JobID", "User", "State", "Partition", "AllocTRES", "NodeList", "NNodes", "End")
         out = self.slurm("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
                          f"--format={','.join(fields)}")  # fmt: skip
         rows = [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]

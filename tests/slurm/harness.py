@@ -41,8 +41,8 @@ from dualsched.components.compute import conf_servers
 from dualsched.components.munge import MUNGE_KEY_BYTES
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
-    HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, JWT_KEY_FILE, ControllerHost, DatabaseEndpoint, Site, render_health_settings,
-    render_slurm_files, render_slurmdbd_conf,
+    HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, JWT_KEY_FILE, TASK_PROLOG, ControllerHost, DatabaseEndpoint, Site,
+    render_health_settings, render_slurm_files, render_slurmdbd_conf, task_prolog_path,
 )
 from dualsched.components.tokens import JWT_KEY_BYTES
 from dualsched.config.loader import parse_stack_config
@@ -190,6 +190,7 @@ def local_site(
         pyxis_runtime_path=str(root / "run" / "pyxis"),
         # The health check's program and settings, and the directory it checks as the shared file system.
         health_check_dir=str(root / "health"),
+        task_prolog_dir=str(root / "task"),
         shared_dir=str(root / "shared"),
     )
     return dataclasses.replace(site, spank_pyxis=spank_pyxis) if spank_pyxis else site
@@ -233,6 +234,18 @@ def write_health_check(config: StackConfig, site: Site, local_node: str) -> None
     program.write_text(source(HEALTH_PROGRAM))
     program.chmod(0o555)
     (directory / HEALTH_SETTINGS_FILE).write_text(render_health_settings(config, pool, site))
+
+
+def write_task_prolog(config: StackConfig, site: Site) -> None:
+    """task_prolog.sh where slurm.conf's TaskProlog points (with auth/jwt on): what each slurmd pod gets from
+    its pool's ConfigMap (components.compute)."""
+    path = task_prolog_path(config, site)
+    if path is None:
+        return
+    program = Path(path)
+    program.parent.mkdir(exist_ok=True)
+    program.write_text(source(TASK_PROLOG))
+    program.chmod(0o555)
 
 
 def parse_scontrol(record: str) -> dict[str, str]:
@@ -505,6 +518,7 @@ class LocalCluster(SlurmClient):
         files = write_slurm_files(config, site, self.etc, self.storage_pass)
         if config.slurm.health_check.enabled:
             write_health_check(config, site, self.local_node)
+        write_task_prolog(config, site)
         self.config = config
         return files
 

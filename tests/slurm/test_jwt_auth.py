@@ -83,6 +83,17 @@ def test_a_token_submits_as_its_user_without_munge(cluster, client_conf):
     assert job["UserId"].startswith(f"{JOB_USER}("), job
 
 
+def test_a_job_submitted_with_a_token_never_sees_it_and_its_steps_run(cluster, client_conf):
+    """sbatch exports every SLURM_* variable, the token among them; slurm.conf's TaskProlog takes it out of
+    every task (components/programs/task_prolog.sh), so srun in the job authenticates with munge."""
+    token = mint(cluster.jwt_key, JOB_USER, 300)
+    script = '#!/bin/sh\n[ -z "${SLURM_JWT+set}" ] || exit 7\nsrun --time=1 sh -c \'[ -z "${SLURM_JWT+set}" ]\'\n'
+    result = as_user(cluster, client_conf, token, "sbatch", "--parsable", "--output=/dev/null", "--time=2", stdin=script)
+    assert result.returncode == 0, result.stderr
+    job = cluster.wait_for_job(int(result.stdout.strip()), *FINAL_STATES)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
+
+
 def test_without_a_token_the_client_cannot_authenticate(cluster, client_conf):
     log = ControllerLog(cluster)
     result = as_user(cluster, client_conf, "", "squeue")
