@@ -39,6 +39,7 @@ from dualsched.config.types import (
     SecretKey,
     PosixName,
     Quantity,
+    StorageSize,
     RelativePath,
     SlurmTime,
     SqlName,
@@ -377,7 +378,7 @@ class NodePool(Model):
 class StateStorage(Model):
     """The claim holding slurmctld's StateSaveLocation."""
 
-    size: Quantity = "10Gi"
+    size: StorageSize = "10Gi"
     """Requested size."""
     storage_class: Optional[DnsSubdomain] = None
     """StorageClass; the cluster default when absent."""
@@ -458,7 +459,7 @@ class ExternalDatabase(Model):
 class InClusterDatabase(Model):
     """The MariaDB StatefulSet run for slurmdbd."""
 
-    size: Quantity = "20Gi"
+    size: StorageSize = "20Gi"
     """Size of the database claim."""
     storage_class: Optional[DnsSubdomain] = None
     """StorageClass; the cluster default when absent."""
@@ -923,7 +924,7 @@ class SharedStorage(Model):
     type: StorageType = StorageType.NFS
     """nfs, lustre, gpfs (IBM Storage Scale), beegfs, or hostPath (one-node test clusters); that type's
     settings below are required, the others ignored."""
-    capacity: Quantity = "1Ti"
+    capacity: StorageSize = "1Ti"
     """Capacity declared on the PersistentVolumes."""
     nfs: Optional[NfsStorage] = None
     """NFS settings (type nfs)."""

@@ -193,6 +193,10 @@ def _quantity_in_range(value: str) -> bool:
     return bool(_QUANTITY.fullmatch(value)) and parse_quantity(value) <= _QUANTITY_MAX
 
 
+def _positive_quantity(value: str) -> bool:
+    return _quantity_in_range(value) and parse_quantity(value) > 0
+
+
 def is_reserved_namespace(name: str) -> bool:
     return name in RESERVED_NAMESPACES or name.startswith("kube-")
 
@@ -242,6 +246,10 @@ Namespace = Annotated[
 ]
 Quantity = Annotated[
     str, _valid(_quantity_in_range, "must be a Kubernetes quantity such as '4Gi', '500m' or '2', at most 2^63-1", 64)
+]
+StorageSize = Annotated[
+    str,
+    _valid(_positive_quantity, "must be a Kubernetes quantity above zero such as '10Gi' (the API server refuses an empty volume)", 64),
 ]
 ImageRef = Annotated[str, _matching(_IMAGE, "must be an image reference such as 'registry/name:tag'", max_length=512)]
 # 253 for the prefix, '/', 63 for the name.

@@ -345,6 +345,11 @@ INVALID = [
     Invalid("quantity-4GB", "dev", {"storage.capacity": "4GB"}, "storage.capacity", "quantity"),
     Invalid("quantity-negative", "dev", {"slurm.controller.stateStorage.size": "-1"},
             "slurm.controller.stateStorage.size", "quantity"),
+    Invalid("state-storage-of-zero", "dev", {"slurm.controller.stateStorage.size": "0"},
+            "slurm.controller.stateStorage.size", "above zero"),
+    Invalid("database-of-zero", "dev", {"slurm.accounting.database.inCluster.size": "0Gi"},
+            "slurm.accounting.database.inCluster.size", "above zero"),
+    Invalid("storage-capacity-of-zero", "dev", {"storage.capacity": "0"}, "storage.capacity", "above zero"),
     Invalid("quantity-abc", "dev", {"inference.models[0].resources.requests.memory": "abc"},
             "inference.models[0].resources.requests.memory", "quantity"),
     # images

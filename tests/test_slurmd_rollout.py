@@ -205,11 +205,13 @@ def test_a_pass_drains_then_a_later_one_deletes_and_reports_once():
 
 @pytest.fixture
 def bridge(tmp_path):
-    """slurm_bridge.sh in bash, as its container runs it, with a sinfo double on PATH (prints its arguments)."""
+    """slurm_bridge.sh in bash, as its container runs it, with sinfo and scontrol doubles on PATH (they print
+    their arguments)."""
     bin_dir, exchange = tmp_path / "bin", tmp_path / "exchange"
     bin_dir.mkdir(), exchange.mkdir()
-    (bin_dir / "sinfo").write_text('#!/bin/sh\nfor a in "$@"; do echo "[$a]"; done\n[ "$1" = fail ] && exit 3\nexit 0\n')
-    (bin_dir / "sinfo").chmod(0o755)
+    for command in ("sinfo", "scontrol"):
+        (bin_dir / command).write_text('#!/bin/sh\nfor a in "$@"; do echo "[$a]"; done\n[ "$1" = fail ] && exit 3\nexit 0\n')
+        (bin_dir / command).chmod(0o755)
     script = Path(program.__file__).with_name(BRIDGE_FILE)
     process = subprocess.Popen(["bash", str(script), str(exchange)], env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     yield exchange
@@ -225,9 +227,28 @@ def test_the_bridge_runs_sinfo_with_its_arguments_intact(bridge):
     assert sorted(p.name for p in bridge.iterdir()) == []
 
 
-def test_the_bridge_refuses_every_command_but_sinfo_and_scontrol(bridge):
-    with pytest.raises(SlurmFailed, match="exit 126: refused: rm"):
-        SlurmBridge(bridge, timeout=10).run("rm", "-rf", "/")
+@pytest.mark.parametrize("command", [
+    ("rm", "-rf", "/"),
+    ("scontrol", "shutdown"),
+    ("scontrol", "update", "jobid=7", "priority=1"),
+    ("scontrol", "update", "partitionname=gpu", "state=down"),
+    ("scontrol", "update", "nodename=n1", "state=down", "reason=x"),
+    ("scontrol", "update", "nodename=n1", "state=drain"),
+    ("scontrol", "update", "nodename=n1", "state=resume", "weight=1"),
+    ("scontrol", "delete", "nodename=n1"),
+])
+def test_the_bridge_refuses_all_but_sinfo_and_the_rollouts_drain_and_resume(bridge, command):
+    """The bridge's container is SlurmUser's: scontrol there could stop the cluster or change any job."""
+    with pytest.raises(SlurmFailed, match=f"exit 126: refused: {command[0]}"):
+        SlurmBridge(bridge, timeout=10).run(*command)
+
+
+def test_the_bridge_runs_the_rollouts_drain_and_resume(bridge):
+    """With an scontrol double that prints its arguments: exactly what the program asks for runs."""
+    slurm = SlurmBridge(bridge, timeout=10)
+    drain = ("scontrol", "update", "nodename=n1", "state=drain", "reason=dualsched:upgrade to abc")
+    assert slurm.run(*drain) == "".join(f"[{a}]\n" for a in drain[1:])
+    assert slurm.run("scontrol", "update", "nodename=n1", "state=resume") == "[update]\n[nodename=n1]\n[state=resume]\n"
 
 
 def test_without_a_bridge_a_request_times_out_and_is_withdrawn(tmp_path):

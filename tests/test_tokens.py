@@ -8,9 +8,11 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import ThreadingHTTPServer
@@ -112,6 +114,35 @@ def test_the_minter_answers_over_http_and_never_logs_a_token(minter_url, capfd):
     assert body["token"] not in logged and "good" not in logged.split("->")[0]
 
 
+def _raw(url: str, request: bytes, timeout: float = 30) -> bytes:
+    """What the server sends for ``request`` until it closes the connection."""
+    host, port = url.split("/")[2].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(4096):
+            answer += chunk
+        return answer
+
+
+def test_a_malformed_content_length_is_a_bad_request_not_a_crash(minter_url):
+    answer = _raw(minter_url, b"POST /token HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.0 400 ") and b"Content-Length must be a number" in answer, answer
+    assert _post(minter_url, "good")[0] == 200  # and it still serves
+
+
+def test_a_silent_client_is_dropped_after_the_request_timeout():
+    """A connection that never sends its request is closed by the minter (it would hold a thread forever)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(_minter(), request_seconds=1))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        assert _raw(f"http://127.0.0.1:{server.server_address[1]}/token", b"", timeout=20) == b""  # closed by the minter
+        assert 1 <= time.monotonic() - started < 20
+    finally:
+        server.shutdown()
+
+
 def test_the_fetcher_writes_the_token_for_the_sbatch_container(minter_url, tmp_path):
     (tmp_path / "sa").write_text("good\n")
     answer = token_fetcher.fetch(minter_url, str(tmp_path / "sa"))
@@ -157,7 +188,8 @@ def test_only_slurmctld_and_the_minter_mount_the_jwt_key(stack):
                 assert vol["secret"]["defaultMode"] == 0o440, workload.name
                 mounting.add(workload.name.split("-")[1] if workload.kind == "Deployment" else workload.name)
     assert mounting == {"slurmctld", "token"}
-    assert f"AuthAltParameters=jwt_key={JWT_KEY_PATH}" in rendered.slurm_files["slurm.conf"]
+    # users get tokens from the minter only, never from slurmctld (tests/slurm/test_jwt_auth.py)
+    assert f"AuthAltParameters=jwt_key={JWT_KEY_PATH},disable_token_creation" in rendered.slurm_files["slurm.conf"].splitlines()
 
 
 def test_the_minter_may_create_token_reviews_and_nothing_else():

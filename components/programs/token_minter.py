@@ -30,6 +30,8 @@ AUDIENCE = "dualsched-slurm"
 TOKEN_PATH = "/token"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MAX_BODY = 16 * 1024
+REQUEST_SECONDS = 10
+"""How long a client may take to send its request: a silent connection does not hold a thread forever."""
 NEVER_MINTED_FOR = frozenset({"root", "slurm"})
 
 
@@ -113,10 +115,16 @@ class Minter:
         return 200, {"user": user, "token": token, "expires_in": self.lifetime}
 
 
-def handler(minter: Minter) -> type[BaseHTTPRequestHandler]:
+def handler(minter: Minter, request_seconds: float = REQUEST_SECONDS) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = request_seconds  # StreamRequestHandler: the connection's socket timeout
+
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path != TOKEN_PATH or int(self.headers.get("Content-Length") or 0) > MAX_BODY:
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit():
+                self._send(400, {"error": "Content-Length must be a number of bytes"})
+                return
+            if self.path != TOKEN_PATH or int(length) > MAX_BODY:
                 self._send(404, {"error": "POST /token"})
                 return
             status, body = minter.answer(self.headers.get("Authorization", ""))

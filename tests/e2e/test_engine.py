@@ -148,9 +148,10 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
-    # with the token minter, slurmrestd, the node keeper, the slurmd rollout controller, the login pods and every
-    # namespace's NetworkPolicies; no munge key or claim for Jobs; no object per node: the keeper labels the nodes
-    assert sum(1 for obj in render.objects) == 68
+    # with the token minter, slurmrestd, the node keeper, the slurmd rollout controller, the login pods, the
+    # pool's TaskProlog and every namespace's NetworkPolicies; no munge key or claim for Jobs; no object per
+    # node: the keeper labels the nodes
+    assert sum(1 for obj in render.objects) == 69
 
 
 def test_up_succeeds(dev: Deployed):

@@ -94,6 +94,19 @@ def test_a_job_submitted_with_a_token_never_sees_it_and_its_steps_run(cluster, c
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
 
 
+def test_users_cannot_mint_tokens_from_slurmctld(cluster):
+    """AuthAltParameters=disable_token_creation: a user's `scontrol token` (munge, any lifespan) is refused;
+    root and SlurmUser still get one, so the refusal is the setting's, not a broken command."""
+    env = {**cluster.env, "SLURM_CONF": str(cluster.slurm_conf)}
+    refused = subprocess.run([*setpriv(JOB_UID), "scontrol", "token", "lifespan=31536000"], env=env,
+                             capture_output=True, text=True, timeout=60, cwd="/tmp")  # fmt: skip
+    assert refused.returncode != 0 and "SLURM_JWT=" not in refused.stdout, refused.stdout + refused.stderr
+    assert "denied" in refused.stderr.lower(), refused.stderr
+    admin = subprocess.run(["scontrol", "token", f"username={JOB_USER}", "lifespan=60"], env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert admin.returncode == 0 and admin.stdout.startswith("SLURM_JWT="), admin.stderr
+
+
 def test_without_a_token_the_client_cannot_authenticate(cluster, client_conf):
     log = ControllerLog(cluster)
     result = as_user(cluster, client_conf, "", "squeue")
