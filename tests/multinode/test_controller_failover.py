@@ -79,11 +79,14 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
     running = submit("--wrap=sleep 300")  # outlasts the outage and the return
     pending = submit("--begin=now+3600", "--wrap=true")
     wait_until("the long job to run", lambda: (squeue_states(nodes, running) or {}).get(running) == "RUNNING", timeout=120)
-    # The backup starts from the state the primary saved (slurmctld saves a change within seconds, not at once):
-    # lose the node once the running job is on disk, as it would be on a cluster that has been up a while.
+    # The backup starts from the state the primary saved, and slurmctld saves a change some seconds later, not at
+    # once: lose the node once the running job is on disk, as it would be on a cluster that has been up a while.
+    # Whether the save after the job's start came before this line or is still to come cannot be told from the
+    # file's time, so a reconfigure has the primary save all its state now (save_all_state, proc_req.c).
     saved = controller_state(nodes) / "job_state"
-    started = time.time()
-    wait_until("the primary to save the running job", lambda: saved.exists() and saved.stat().st_mtime > started, timeout=60)
+    asked = time.time()
+    nodes.slurm("scontrol", "reconfigure")
+    wait_until("the primary to save the running job", lambda: saved.exists() and saved.stat().st_mtime > asked, timeout=60)
 
     lost = time.monotonic()
     world.node("fail", primary_node)
