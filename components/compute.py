@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Iterable, Optional
+from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -205,16 +205,16 @@ def enroot_files(enroot: PoolContainers, task_prolog: Optional[str]) -> dict[str
     return {ENROOT_CONF: render_enroot_conf(enroot), **mounts}
 
 
-def enroot_mounts(enroot: PoolContainers, files: Iterable[str]) -> list[k8s.core.v1.VolumeMountArgs]:
-    where = {
-        ENROOT_CONF: f"{ENROOT_CONF_DIR}/{ENROOT_CONF}",
-        ENROOT_TASK_PROLOG_MOUNTS: f"{ENROOT_CONF_DIR}/mounts.d/{ENROOT_TASK_PROLOG_MOUNTS}",
-    }
+def enroot_mounts(enroot: PoolContainers, task_prolog: Optional[str]) -> list[k8s.core.v1.VolumeMountArgs]:
+    """Enroot's directories, and the files of enroot_files where Enroot reads them."""
+    files = [(ENROOT_CONF, f"{ENROOT_CONF_DIR}/{ENROOT_CONF}")]
+    if task_prolog:
+        files.append((ENROOT_TASK_PROLOG_MOUNTS, f"{ENROOT_CONF_DIR}/mounts.d/{ENROOT_TASK_PROLOG_MOUNTS}"))
     return [
         mount("enroot-runtime", enroot.runtime_path),
         mount("enroot-cache", enroot.cache_path),
         mount("enroot-data", enroot.data_path),
-        *(mount("enroot-conf", where[name], read_only=True, sub_path=name) for name in files),
+        *(mount("enroot-conf", path, read_only=True, sub_path=name) for name, path in files),
     ]
 
 
@@ -261,16 +261,16 @@ class ComputePool(pulumi.ComponentResource):
         config, pool = args.config, args.pool
         selector = slurmd_selector(pool)
         pod_labels = {**selector, config.placement.pool_label: pool.name}
-        enroot, enroot_config_map_name = pool_enroot(config, pool), None
+        enroot, task_prolog, enroot_config_map_name = pool_enroot(config, pool), task_prolog_path(config, args.site), None
         if enroot is not None:
             enroot_config_map_name = k8s.core.v1.ConfigMap(
                 f"{name}-enroot",
                 metadata=meta(namespace=args.namespace, labels=pod_labels),
-                data=enroot_files(enroot, task_prolog_path(config, args.site)),
+                data=enroot_files(enroot, task_prolog),
                 opts=child(self),
             ).metadata.name
         programs = []
-        if task_prolog_path(config, args.site):
+        if task_prolog:
             programs.append(
                 k8s.core.v1.ConfigMap(
                     f"{name}-task-prolog",
@@ -353,7 +353,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
-                        *(enroot_mounts(enroot, enroot_files(enroot, task_prolog)) if enroot else ()),
+                        *(enroot_mounts(enroot, task_prolog) if enroot else ()),
                         *([mount(HEALTH_VOLUME, site.health_check_dir, read_only=True)] if health_check else []),
                         *([mount(TASK_PROLOG_VOLUME, site.task_prolog_dir, read_only=True)] if task_prolog else []),
                     ],
