@@ -268,6 +268,14 @@ def _run_loop(tmp_path: Path, scontrol_exit: str):
     return process, conf, log
 
 
+def _update(path: Path, text: str) -> None:
+    """As the kubelet updates a ConfigMap volume: the new file appears whole (a rename), never truncated
+    first (a loop round reading the empty file between would see two changes)."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
 def _calls(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
@@ -290,13 +298,13 @@ def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
     try:
         time.sleep(0.6)
         assert _reconfigures(log) == []  # unchanged files: nothing to do
-        (conf / "slurm.conf").write_text("PartitionName=debug\n")
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
         assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
         time.sleep(0.6)
         assert _reconfigures(log) == ["reconfigure"]  # the change is applied once
-        (conf / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+        _update(conf / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
         assert _wait_for(lambda: _reconfigures(log) == ["reconfigure", "reconfigure"])
-        (conf / "window-reservations").write_text("ReservationName=dualsched-window-gpu\n")
+        _update(conf / "window-reservations", "ReservationName=dualsched-window-gpu\n")
         time.sleep(0.6)
         assert _reconfigures(log) == ["reconfigure", "reconfigure"]  # not a Slurm file: Slurm needs no reload
         assert process.poll() is None
@@ -321,7 +329,7 @@ def test_reconfigure_loop_retries_until_scontrol_succeeds(tmp_path):
     """A failed reconfigure (slurmctld restarting) is retried: the change is not marked as seen."""
     process, conf, log = _run_loop(tmp_path, "exit 1")
     try:
-        (conf / "slurm.conf").write_text("PartitionName=debug\n")
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
         assert _wait_for(lambda: len(_reconfigures(log)) >= 3)
         assert set(_reconfigures(log)) == {"reconfigure"}
         assert process.poll() is None  # a failure never ends the sidecar
