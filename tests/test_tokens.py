@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from dualsched.components.programs import token_fetcher
-from dualsched.components.programs.token_minter import Minter, handler, mint, service_account_of
+from dualsched.components.programs.token_minter import POD_NAME, Minter, handler, mint, service_account_of
 from dualsched.components.slurm_files import JWT_KEY_FILE, JWT_KEY_PATH
 from dualsched.components.tokens import JWT_KEY_BYTES, identity_mapping
 from rendering import container, pod_spec, render_stack, volume
@@ -59,7 +59,12 @@ def test_only_service_account_user_names_map(username, expected):
     assert service_account_of(username) == expected
 
 
-def _minter(review=lambda token: TRAINER if token == "good" else None) -> Minter:
+def _user(username: str, pod: str | None = "train-x7k2p") -> dict:
+    """TokenReview's status.user: a pod-bound token carries the pod's name in ``extra``."""
+    return {"username": username, "extra": {POD_NAME: [pod]} if pod else {}}
+
+
+def _minter(review=lambda token: _user(TRAINER) if token == "good" else None) -> Minter:
     return Minter(KEY, {"slurm-jobs/trainer": "alice"}, 300, review)
 
 
@@ -75,8 +80,10 @@ def test_a_mapped_service_account_gets_a_token_for_its_user():
         ("", None, 401, "Bearer"),
         ("Basic abc", None, 401, "Bearer"),
         ("Bearer bad", None, 403, "not a ServiceAccount token"),
-        ("Bearer other", lambda t: "system:serviceaccount:slurm-jobs:intruder", 403, "slurm-jobs/intruder is not mapped"),
-        ("Bearer user", lambda t: "kubernetes-admin", 403, "not a ServiceAccount token"),
+        ("Bearer other", lambda t: _user("system:serviceaccount:slurm-jobs:intruder"), 403, "slurm-jobs/intruder is not mapped"),
+        ("Bearer user", lambda t: _user("kubernetes-admin"), 403, "not a ServiceAccount token"),
+        # `kubectl create token trainer --audience dualsched-slurm`: the mapped account, but no pod
+        ("Bearer unbound", lambda t: _user(TRAINER, pod=None), 403, "bound to no pod"),
         ("Bearer good", lambda t: (_ for _ in ()).throw(OSError("connection refused")), 503, "TokenReview failed"),
     ],
 )

@@ -1,7 +1,7 @@
 """Slurm JWT minter: exchanges a Kubernetes ServiceAccount token for a short-lived Slurm token.
 
 A pod presents its projected ServiceAccount token (audience ``AUDIENCE``); the minter asks the
-API server who it is (TokenReview), looks the ServiceAccount up in the mapping from the stack
+API server who it is (TokenReview; only a token bound to a pod counts), looks the ServiceAccount up in the mapping from the stack
 config, and answers with an HS256 JWT for the mapped Slurm user, signed with the key slurmctld
 verifies (Slurm's auth/jwt: claims ``iat``, ``exp`` and ``sun``, src/plugins/auth/jwt/auth_jwt.c).
 An unmapped or unauthenticated caller gets 403 and no token. Only this pod and slurmctld
@@ -64,15 +64,20 @@ def service_account_of(username: str) -> Optional[str]:
     return f"{parts[2]}/{parts[3]}"
 
 
-Review = Callable[[str], Optional[str]]
-"""A bearer token -> the authenticated Kubernetes user name, or None."""
+POD_NAME = "authentication.kubernetes.io/pod-name"
+"""What the API server adds to a TokenReview's user for a token bound to a pod (a kubelet's projected token;
+k8s.io/kubernetes pkg/serviceaccount/claims.go). `kubectl create token` makes tokens without it, which
+outlive any pod and would outlive the caller's access to the namespace."""
+
+Review = Callable[[str], Optional[dict]]
+"""A bearer token -> the authenticated Kubernetes user (TokenReview's ``status.user``: username, extra), or None."""
 
 
 def token_review(api_server: str, own_token_file: str, ca_file: str) -> Review:
     """Ask the API server who a token belongs to, for ``AUDIENCE`` only."""
     context = ssl.create_default_context(cafile=ca_file)
 
-    def review(token: str) -> Optional[str]:
+    def review(token: str) -> Optional[dict]:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token, "audiences": [AUDIENCE]}}  # fmt: skip
         with open(own_token_file) as own:  # the kubelet rotates it: read it each time
@@ -87,7 +92,7 @@ def token_review(api_server: str, own_token_file: str, ca_file: str) -> Review:
             status = json.load(response).get("status", {})
         if not status.get("authenticated") or AUDIENCE not in status.get("audiences", []):
             return None
-        return status.get("user", {}).get("username")
+        return status.get("user", {})
 
     return review
 
@@ -102,12 +107,14 @@ class Minter:
         if not authorization.startswith("Bearer "):
             return 401, {"error": "a projected ServiceAccount token is required (Authorization: Bearer)"}
         try:
-            username = self.review(authorization[len("Bearer "):].strip())
+            reviewed = self.review(authorization[len("Bearer "):].strip()) or {}
         except (OSError, urllib.error.URLError, ValueError) as error:
             return 503, {"error": f"TokenReview failed: {error}"}
-        account = service_account_of(username or "")
+        account = service_account_of(reviewed.get("username", ""))
         if account is None:
             return 403, {"error": f"not a ServiceAccount token for audience {AUDIENCE}"}
+        if not (reviewed.get("extra") or {}).get(POD_NAME):
+            return 403, {"error": f"the token of {account} is bound to no pod (only a pod's projected token is taken)"}
         user = self.mapping.get(account)
         if user is None:
             return 403, {"error": f"ServiceAccount {account} is not mapped to a Slurm user"}

@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 
 from dualsched.components.programs.slurmd_rollout import SINFO_FORMAT, parse_sinfo
+from dualsched.components.programs.token_minter import AUDIENCE
+from dualsched.components.tokens import MINTER_PORT
 from dualsched.config.quantities import parse_quantity
 from node_support import (
     GPU_MAJOR, GPU_PROBE, GPU_PROBE_PREFIX, JOB_USER_UID, NodeWorld, gpu_files_in, gpu_probe_results,
@@ -320,6 +322,28 @@ def test_an_unmapped_service_account_gets_no_token(cluster):
     pod = world.kget("pods", "-n", JOBS_NS, "-l", f"job-name={INTRUDER['name']}")["items"][0]
     # sbatch never started: the sidecar never produced a token
     assert all("running" not in s["state"] and "terminated" not in s["state"] for s in pod["status"]["containerStatuses"])
+
+
+ASK_THE_MINTER = """
+import sys, urllib.error, urllib.request
+request = urllib.request.Request("http://127.0.0.1:%d/token", data=b"", method="POST",
+                                 headers={"Authorization": "Bearer " + sys.stdin.read().strip()})
+try:
+    print(urllib.request.urlopen(request, timeout=10).status)
+except urllib.error.HTTPError as error:
+    print(error.code, error.read().decode())
+""" % MINTER_PORT
+
+
+def test_a_token_bound_to_no_pod_gets_no_slurm_token(cluster):
+    """`kubectl create token` for the mapped ServiceAccount and the minter's audience: the API server takes it,
+    but it is bound to no pod and outlives every pod (and the caller's access); the minter refuses it. The
+    token goes to the minter's own pod on stdin and is never printed."""
+    world = cluster.world
+    unbound = world.kubectl("create", "token", "trainer", "-n", JOBS_NS, "--audience", AUDIENCE, "--duration", "10m").stdout.strip()
+    minter = cluster.pod(SLURM_NS, "dualsched-token-minter")["metadata"]["name"]
+    answer = world.kubectl("exec", "-i", "-n", SLURM_NS, minter, "--", "python3", "-c", ASK_THE_MINTER, input=unbound).stdout
+    assert answer.startswith("403 ") and f"the token of {JOBS_NS}/trainer is bound to no pod" in answer, answer
 
 
 def test_a_pod_with_another_uid_than_its_user_is_refused_by_slurmctld(cluster):
