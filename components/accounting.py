@@ -28,13 +28,15 @@ from dualsched.components.common import (
 from dualsched.components.identity import SLURM_UID, identity_mounts, identity_volume, users_annotation
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.namespace import MYSQL_PORT, SLURMDBD_PORT
-from dualsched.components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, render_slurmdbd_conf
+from dualsched.components.slurm_files import ACCOUNTING_SERVICE, DATABASE_SERVICE, Site, config_hash, render_slurmdbd_conf
 from dualsched.config.models import DatabaseMode, ExternalDatabase, StackConfig
 
 MARIADB_UID = 999
 """The mysql user of the official MariaDB image; the pod needs no account of that name."""
 PASSWORD_KEY = "password"
 DB_PASSWORD_DIR = "/run/secrets/db"
+CONFIG_HASH_ANNOTATION = "dualsched.io/slurmdbd-config-hash"
+"""slurmdbd reads slurmdbd.conf when it starts, and its Secret is updated in place: the hash restarts the pod."""
 DATA_DIR = "/var/lib/mysql"
 SOCKET_DIR = "/run/mysqld"
 INIT_DIR = "/run/mysqld-init"
@@ -260,7 +262,10 @@ class Accounting(pulumi.ComponentResource):
                 strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dbd_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=dbd_labels, annotations=users_annotation(config)),
+                    metadata=meta(labels=dbd_labels, annotations={
+                        CONFIG_HASH_ANNOTATION: config_hash({"slurmdbd.conf": render_slurmdbd_conf(config, site)}),
+                        **users_annotation(config),
+                    }),
                     spec=k8s.core.v1.PodSpecArgs(
                         hostname=site.dbd_host,
                         automount_service_account_token=False,

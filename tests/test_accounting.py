@@ -256,6 +256,24 @@ def test_slurmdbd_conf_is_a_secret_without_storage_pass(stack):
     assert not [c for c in rendered.by_kind("ConfigMap") if "slurmdbd.conf" in c.manifest.get("data", {})]
 
 
+def test_a_slurmdbd_conf_change_restarts_slurmdbd_and_with_accounts_users_see_only_their_own():
+    """slurmdbd reads its file at start, and the Secret holding it is updated in place: the pod template
+    carries the file's hash. Accounts give every user an association, through which slurmdbd tells whose
+    jobs a user may see (PrivateData); without them it would hide a user's own jobs too."""
+
+    def with_accounts(raw):
+        raw["slurm"]["accounts"] = [{"name": "research", "users": ["alice"]}]
+
+    def annotation(rendered):
+        return _slurmdbd(rendered).manifest["spec"]["template"]["metadata"]["annotations"]["dualsched.io/slurmdbd-config-hash"]
+
+    plain, accounts = render_stack("dev"), render_raw(variant("dev", with_accounts))
+    assert "PrivateData" not in _slurmdbd_conf(plain)
+    assert "PrivateData=accounts,jobs,usage,users" in _slurmdbd_conf(accounts).splitlines()
+    assert annotation(plain) != annotation(accounts)
+    assert annotation(plain) == annotation(render_stack("dev"))
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_storage_pass_is_appended_at_start_up_from_the_password_volume(stack):
     rendered = render_stack(stack)

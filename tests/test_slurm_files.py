@@ -77,7 +77,7 @@ def test_rendered_file_matches_golden(stack: str, name: str):
 SLURM_CONF_KEYS = {
     "ClusterName", "SlurmctldHost", "SlurmctldPort", "SlurmdPort", "SlurmUser", "SlurmctldParameters",
     "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
-    "SlurmctldLogFile", "SlurmdLogFile", "SlurmctldDebug", "SlurmdDebug", "DisableRootJobs", "ProctrackType", "TaskPlugin",
+    "SlurmctldLogFile", "SlurmdLogFile", "SlurmctldDebug", "SlurmdDebug", "DisableRootJobs", "PrivateData", "ProctrackType", "TaskPlugin",
     "SchedulerType", "SelectType", "SelectTypeParameters", "GresTypes", "PriorityType", "PriorityDecayHalfLife",
     "PriorityWeightFairshare", "PriorityWeightAge", "PriorityWeightPartition", "PriorityWeightJobSize",
     "PriorityWeightTRES", "AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort",

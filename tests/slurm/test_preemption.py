@@ -67,6 +67,13 @@ def restart_slurmctld(cluster: LocalCluster) -> None:
     cluster.wait_for_node_state(cluster.local_node, "IDLE")
 
 
+def restart_slurmdbd(cluster: LocalCluster) -> None:
+    """slurmdbd reads slurmdbd.conf at start (PrivateData comes with accounts): its pod restarts on a change
+    of the file (components/accounting.py), slurmctld reconnects."""
+    cluster.stop_daemon("slurmdbd")
+    cluster.start_slurmdbd()
+
+
 def show(cluster: LocalCluster, *args: str) -> list[list[str]]:
     out = cluster.run("sacctmgr", "--noheader", "--parsable2", "show", *args)
     return [line.split("|") for line in out.splitlines() if line]
@@ -126,6 +133,7 @@ def qos_cluster(cluster: LocalCluster, local_raw: dict[str, Any], host_users: No
     """The shared cluster with the QOS config applied; afterwards its own config, enforcement off again,
     and none of what the program made left in slurmdbd."""
     cluster.apply(with_qos(local_raw))
+    restart_slurmdbd(cluster)
     try:
         yield cluster
     finally:
@@ -133,6 +141,7 @@ def qos_cluster(cluster: LocalCluster, local_raw: dict[str, Any], host_users: No
             cluster.run("scancel", f"--user={user}", check=False)
         wait_until("the test's jobs to end", lambda: not cluster.active_job_ids(), WAIT)
         cluster.apply(local_raw)
+        restart_slurmdbd(cluster)
         apply_state(cluster)
         restart_slurmctld(cluster)
 
@@ -215,6 +224,23 @@ def test_a_high_qos_job_preempts_a_requeueable_low_qos_job_which_runs_again(qos_
     assert f"JOB {low} ON {cluster.local_node} CANCELLED AT" in preempted, lines
     assert lines.index(runs[0]) < lines.index(preempted) < lines.index(runs[1]), lines
     assert cluster.job_output(high) == "served\n"
+
+
+def test_with_accounts_each_user_sees_only_their_own_jobs_in_accounting(qos_cluster: LocalCluster):
+    """PrivateData in slurmdbd.conf: sacct shows a user the jobs of their own associations only."""
+    cluster = qos_cluster
+    assert "PrivateData=accounts,jobs,usage,users" in (cluster.etc / "slurmdbd.conf").read_text()
+    assert apply_state(cluster).returncode == 0
+    restart_slurmctld(cluster)
+    jobs = {user: submit(cluster, user, "--mem=100M", "--time=5", script="true\n") for user in USERS}
+    for job in jobs.values():
+        cluster.wait_for_accounting(job, "COMPLETED")
+    listed = ("sacct", "--noheader", "--parsable2", "--allocations", "--allusers", f"--jobs={','.join(map(str, jobs.values()))}",
+              "--format=JobID,User")  # fmt: skip
+    everything = {f"{job}|{user}" for user, job in jobs.items()}
+    assert set(cluster.run(*listed).split()) == everything  # root
+    for user, job in jobs.items():
+        assert cluster.run("runuser", "-u", user, "--", *listed).split() == [f"{job}|{user}"]
 
 
 def test_dropped_accounts_and_qos_go_but_not_while_jobs_use_them(qos_cluster: LocalCluster, local_raw: dict[str, Any]):
