@@ -12,14 +12,16 @@ import pulumi_kubernetes as k8s
 from dualsched.components.common import (
     GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, config_map_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for,
 )
-from dualsched.components.identity import identity_mounts, identity_volume, users_annotation
+from dualsched.components.identity import (
+    OWN_DIRECTORY, home_mount, home_volume, identity_mounts, identity_volume, make_homes, users_annotation,
+)
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
     ENROOT_CONF, ENROOT_TASK_PROLOG_MOUNTS, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, TASK_PROLOG, Site, render_enroot_conf,
     render_enroot_mounts, render_health_settings, task_prolog_path,
 )
-from dualsched.config.models import CgroupVersion, NodePool, PoolContainers, PoolMode, StackConfig, Taint
+from dualsched.config.models import CgroupVersion, NodePool, PoolContainers, PoolMode, SlurmUser, StackConfig, Taint
 
 SHARED_MOUNT = "/shared"
 ENROOT_CONF_DIR = "/etc/enroot"
@@ -134,12 +136,18 @@ def wait_for_the_primary(site: Site, seconds: int) -> str:
     )
 
 
-def enroot_directories(containers: PoolContainers) -> str:
-    """Enroot's directories on the node, world-writable and sticky like /tmp: each job user makes
-    its own in them (enroot.conf), and none can remove another's. The paths are words the shell
-    takes as they are (config.types AbsolutePath: letters, digits, '.', '_', '-' and '/')."""
-    paths = " ".join(containers.paths.values())
-    return f"mkdir -p {paths} && chmod 1777 {paths}"
+def enroot_directories(containers: PoolContainers, users: tuple[SlurmUser, ...]) -> str:
+    """Enroot's directories on the node: the pool's three root's and closed to others' writes, and in them
+    each job user's own (enroot.conf): runtime and data ``user-<uid>`` for the user alone, the layer cache
+    ``group-<gid>`` for the group's members (sticky: none removes another's files). No user makes, enters
+    or plants files in another's. The paths are words the shell takes as they are (config.types
+    AbsolutePath: letters, digits, '.', '_', '-' and '/')."""
+    paths = containers.paths.values()
+    mine = [f"own {path}/user-{user.uid} {user.uid} {user.group_id} 0700"
+            for user in users for path in (containers.runtime_path, containers.data_path)]  # fmt: skip
+    ours = [f"own {containers.cache_path}/group-{gid} 0 {gid} 1770" for gid in sorted({user.group_id for user in users})]
+    closed = f"mkdir -p {' '.join(paths)} && chown 0:0 {' '.join(paths)} && chmod 0755 {' '.join(paths)}"
+    return " && ".join([f"{OWN_DIRECTORY}; {closed}", *mine, *ours])
 
 
 def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]:
@@ -165,9 +173,10 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
         steps.append(REMOUNT_CGROUPS_WRITABLE)
         if config.slurm.cgroup_version is CgroupVersion.V1:
             steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
+    steps.append(make_homes(config.slurm.users))
     enroot = pool_enroot(config, pool)
     if enroot is not None:
-        steps.append(enroot_directories(enroot))
+        steps.append(enroot_directories(enroot, config.slurm.users))
     if not steps:
         return slurmd
     return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
@@ -353,6 +362,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
+                        home_mount(),
                         *(enroot_mounts(enroot, task_prolog) if enroot else ()),
                         *([mount(HEALTH_VOLUME, site.health_check_dir, read_only=True)] if health_check else []),
                         *([mount(TASK_PROLOG_VOLUME, site.task_prolog_dir, read_only=True)] if task_prolog else []),
@@ -366,6 +376,7 @@ class ComputePool(pulumi.ComponentResource):
                 job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
+                home_volume(),
                 *(enroot_volumes(pool, enroot, enroot_config_map_name) if enroot else ()),
                 *([program_volume(HEALTH_VOLUME, health_config_map_name(pool))] if health_check else []),
                 *([program_volume(TASK_PROLOG_VOLUME, task_prolog_config_map_name(pool))] if task_prolog else []),

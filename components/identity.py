@@ -14,7 +14,7 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from dualsched.components.common import child, config_map_volume, labels, meta, mount
+from dualsched.components.common import child, config_map_volume, empty_dir, labels, meta, mount
 from dualsched.components.slurm_files import config_hash
 from dualsched.config.models import NOBODY_UID, SLURM_UID, SlurmUser, StackConfig
 
@@ -23,8 +23,28 @@ USERS_HASH_ANNOTATION = "dualsched.io/users-hash"
 VOLUME = "identity"
 # ConfigMap keys -> the files they replace (keys without "passwd": it holds no secret, only names and ids).
 FILES = {"users": "/etc/passwd", "groups": "/etc/group"}
-JOB_HOME = "/tmp"
-"""Job users have no home of their own in the pods; jobs run in their submit directory."""
+HOMES = "/home"
+HOME_VOLUME = "home"
+
+# own PATH UID GID MODE: the directory PATH, UID's, with that mode. An entry of PATH's name that UID does not
+# own, or a link, goes first: another user may have planted it where everyone could write (dualsched once
+# gave every user the one home /tmp, and Enroot world-writable directories).
+OWN_DIRECTORY = (
+    'own() { if [ -L "$1" ] || { [ -e "$1" ] && [ "$(stat -c %u "$1")" != "$2" ]; }; then rm -rf "$1"; fi;'
+    ' mkdir -p "$1" && chown "$2:$3" "$1" && chmod "$4" "$1"; }'
+)
+
+
+def home_of(user: SlurmUser) -> str:
+    return f"{HOMES}/{user.name}"
+
+
+def make_homes(users: tuple[SlurmUser, ...]) -> str:
+    """Shell, run as root when a pod that runs users' code starts: each user's home, theirs alone (0700).
+    Shells, sshd and tools run files from a home (.profile, ~/.ssh/rc, Python's .pth, .gitconfig), so no
+    user may write another's; /tmp is nobody's home. Homes live as long as the pod (an emptyDir): what
+    must last belongs on /shared."""
+    return " && ".join([f"{OWN_DIRECTORY}; mkdir -p {HOMES}", *(f"own {home_of(u)} {u.uid} {u.group_id} 0700" for u in users)])
 
 
 def passwd_file(users: tuple[SlurmUser, ...]) -> str:
@@ -32,7 +52,7 @@ def passwd_file(users: tuple[SlurmUser, ...]) -> str:
         "root:x:0:0:root:/root:/bin/sh",
         f"{SLURM_USER}:x:{SLURM_UID}:{SLURM_UID}:Slurm workload manager:/var/lib/slurm:/usr/sbin/nologin",
         f"nobody:x:{NOBODY_UID}:{NOBODY_UID}:nobody:/nonexistent:/usr/sbin/nologin",
-        *(f"{user.name}:x:{user.uid}:{user.group_id}::{JOB_HOME}:/bin/sh" for user in users),
+        *(f"{user.name}:x:{user.uid}:{user.group_id}::{home_of(user)}:/bin/sh" for user in users),
     ]
     return "\n".join(entries) + "\n"
 
@@ -88,6 +108,14 @@ class UserDirectory(pulumi.ComponentResource):
 
 def identity_volume(config_map_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
     return config_map_volume(VOLUME, config_map_name)
+
+
+def home_volume() -> k8s.core.v1.VolumeArgs:
+    return empty_dir(HOME_VOLUME)
+
+
+def home_mount() -> k8s.core.v1.VolumeMountArgs:
+    return mount(HOME_VOLUME, HOMES)
 
 
 def identity_mounts() -> list[k8s.core.v1.VolumeMountArgs]:

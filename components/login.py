@@ -25,7 +25,9 @@ from dualsched.components.common import (
     requirements, tcp_probe,
 )
 from dualsched.components.compute import SHARED_MOUNT
-from dualsched.components.identity import group_file, identity_mounts, identity_volume, passwd_file
+from dualsched.components.identity import (
+    group_file, home_mount, home_volume, identity_mounts, identity_volume, make_homes, passwd_file,
+)
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.slurm_config import CONFIG_DIR
 from dualsched.components.slurm_files import config_hash
@@ -60,9 +62,13 @@ SSHD_CAPABILITIES = ("SETUID", "SETGID", "SYS_CHROOT", "KILL", "CHOWN", "FOWNER"
 # child runs as nobody's ids.
 PRIVSEP_USER = f"sshd:x:{NOBODY_UID}:{NOBODY_UID}:sshd privilege separation:{PRIVSEP_DIR}:/usr/sbin/nologin"
 
-# A pod template's emptyDir is 0777: the privilege-separation chroot must not be writable by
-# others, and the users' shared home (/tmp, identity.JOB_HOME) needs the sticky bit.
-SSHD_START = f"chmod 0755 {PRIVSEP_DIR} && chmod 1777 /tmp && exec /usr/sbin/sshd -D -e -f {SSHD_CONFIG_DIR}/{SSHD_CONFIG}"
+
+
+def sshd_start(config: StackConfig) -> str:
+    """A pod template's emptyDir is 0777: the privilege-separation chroot must not be writable by others,
+    /tmp needs the sticky bit, and each user gets a home of their own (identity.make_homes)."""
+    return (f"chmod 0755 {PRIVSEP_DIR} && chmod 1777 /tmp && {make_homes(config.slurm.users)}"
+            f" && exec /usr/sbin/sshd -D -e -f {SSHD_CONFIG_DIR}/{SSHD_CONFIG}")  # fmt: skip
 
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 SMALLEST_KEY = 2**129
@@ -103,6 +109,8 @@ def sshd_config(config: StackConfig) -> str:
         f"AuthorizedKeysCommand /usr/bin/cat {KEYS_DIR}/%u",
         "AuthorizedKeysCommandUser nobody",
         "PermitUserEnvironment no",
+        # ~/.ssh/rc runs at every login, and sshd does not check who owns it (session.c do_rc_files)
+        "PermitUserRC no",
         "AllowTcpForwarding no",
         "AllowStreamLocalForwarding no",
         "AllowAgentForwarding no",
@@ -218,7 +226,7 @@ class Login(pulumi.ComponentResource):
                 k8s.core.v1.ContainerArgs(
                     name=LOGIN,
                     image=config.images.login,
-                    command=["sh", "-c", SSHD_START],
+                    command=["sh", "-c", sshd_start(config)],
                     ports=[k8s.core.v1.ContainerPortArgs(name="ssh", container_port=SSHD_PORT)],
                     readiness_probe=tcp_probe(SSHD_PORT, period=10),
                     liveness_probe=tcp_probe(SSHD_PORT, period=20),
@@ -232,6 +240,7 @@ class Login(pulumi.ComponentResource):
                         mount("shared", SHARED_MOUNT),
                         mount("privsep", PRIVSEP_DIR),
                         mount("tmp", "/tmp"),
+                        home_mount(),
                         munge_socket_mount(),
                         *identity_mounts(),
                     ],
@@ -253,6 +262,7 @@ class Login(pulumi.ComponentResource):
                 claim_volume("shared", args.shared_claim_name),
                 empty_dir("privsep"),
                 empty_dir("tmp"),
+                home_volume(),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(CONFIG_MAP_NAME),
             ],

@@ -218,7 +218,7 @@ def test_time_shared_slurmd_holds_no_gpu_sees_them_all_and_outlasts_the_closed_w
     slurmd = container(daemonset, "slurmd")
     assert slurmd["securityContext"] == {"privileged": True}
     assert "nvidia.com/gpu" not in slurmd["resources"]["limits"]
-    assert slurmd["command"][:3] == ["slurmd", "-D", "-N"]
+    assert slurmd["command"][:2] == ["sh", "-c"] and slurmd["command"][4:7] == ["slurmd", "-D", "-N"]
     assert WINDOW_TAINT in pod_spec(daemonset)["tolerations"]
 
 

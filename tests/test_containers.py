@@ -14,7 +14,7 @@ import pytest
 from dualsched.components.compute import enroot_directories
 from dualsched.components.slurm_files import kubernetes_site, render_enroot_conf, render_slurm_files
 from dualsched.config import ConfigError, parse_stack_config
-from dualsched.config.models import PoolContainers
+from dualsched.config.models import PoolContainers, SlurmUser
 from dualsched.examples.sbatch_job import TRAINING_SCRIPT
 from rendering import container, mounts, pod_spec, render_raw, variant, volume
 from tests.conftest import raw_stack
@@ -135,7 +135,8 @@ def test_a_pool_with_containers_gets_enroot_config_directories_and_privilege():
     assert config_map.manifest["data"] == {"enroot.conf": render_enroot_conf(PoolContainers())}
     # The directories are made before slurmd starts; slurmd is still what runs.
     command = slurmd["command"]
-    assert command[:2] == ["sh", "-c"] and enroot_directories(PoolContainers()) in command[2]
+    users = parse_stack_config(variant("prod", _containers_on_h100_a)).slurm.users
+    assert command[:2] == ["sh", "-c"] and enroot_directories(PoolContainers(), users) in command[2]
     assert command[2].endswith('&& exec "$@"') and command[4:7] == ["slurmd", "-D", "-N"]
 
 
@@ -153,7 +154,8 @@ def test_pools_without_containers_get_an_enroot_that_lists_nothing_and_no_privil
         assert volume(daemonset, name) == {"name": name, "emptyDir": {}}
         assert mounted[path]["name"] == name
     assert mounted["/etc/enroot/enroot.conf"]["name"] == "enroot-conf"
-    assert enroot_directories(PoolContainers()) in slurmd["command"][2]
+    users = parse_stack_config(variant("prod", _containers_on_h100_a)).slurm.users
+    assert enroot_directories(PoolContainers(), users) in slurmd["command"][2]
     assert not any("hostPath" in v and "enroot" in v["name"] for v in pod_spec(daemonset)["volumes"])
 
 
@@ -196,16 +198,64 @@ def test_a_stack_without_containers_has_no_enroot():
         assert not any(v["name"].startswith("enroot-") for v in pod_spec(daemonset).get("volumes", []))
 
 
-def test_enroot_directories_are_made_sticky_and_world_writable(tmp_path):
-    """Run as the slurmd container runs it: every job user makes its own directory inside, none
-    removes another's. Twice: a restarted pod finds them already there."""
+ALICE, BOB, CAROL = (SlurmUser(name="alice", uid=2001), SlurmUser(name="bob", uid=2002),
+                     SlurmUser(name="carol", uid=2003, gid=2001))  # fmt: skip
+
+
+def _owner_and_mode(path: Path) -> tuple[int, int, int]:
+    status = os.lstat(path)
+    return status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)
+
+
+def test_enroot_directories_are_each_users_own(tmp_path):
+    """Run as the slurmd container runs it (root): the pool's directories are root's and closed to others'
+    writes; each user gets runtime and data directories only they can enter, each group a layer cache only
+    its members can enter, in which none removes another's files. Twice: a restarted pod finds them there."""
+    if os.geteuid() != 0:
+        pytest.fail("the Enroot directory tests chown to job users: run them as root, as CI does")
     containers = PoolContainers(
         runtime_path=str(tmp_path / "run"), cache_path=str(tmp_path / "cache"), data_path=str(tmp_path / "data")
     )
     for _ in range(2):
-        subprocess.run(["sh", "-c", enroot_directories(containers)], check=True)
+        subprocess.run(["sh", "-c", enroot_directories(containers, (ALICE, BOB, CAROL))], check=True)
     for path in containers.paths.values():
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o1777
+        assert _owner_and_mode(Path(path)) == (0, 0, 0o755)
+    for user in (ALICE, BOB, CAROL):
+        for path in (containers.runtime_path, containers.data_path):
+            assert _owner_and_mode(Path(path) / f"user-{user.uid}") == (user.uid, user.group_id, 0o700)
+    assert sorted(p.name for p in Path(containers.cache_path).iterdir()) == ["group-2001", "group-2002"]
+    for gid in (2001, 2002):
+        assert _owner_and_mode(Path(containers.cache_path) / f"group-{gid}") == (0, gid, 0o1770)
+
+
+def test_what_another_user_planted_in_enroot_directories_goes_and_a_users_own_stays(tmp_path):
+    """Before each user had their own, the directories were world-writable: bob may have made alice's
+    directory (to read or plant her containers) or linked it elsewhere. Those go; alice's own files stay."""
+    if os.geteuid() != 0:
+        pytest.fail("the Enroot directory tests chown to job users: run them as root, as CI does")
+    containers = PoolContainers(
+        runtime_path=str(tmp_path / "run"), cache_path=str(tmp_path / "cache"), data_path=str(tmp_path / "data")
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = Path(containers.data_path) / f"user-{ALICE.uid}"
+    planted.mkdir(parents=True)
+    (planted / "pyxis_job").mkdir()
+    os.chown(planted, BOB.uid, BOB.uid)
+    Path(containers.runtime_path).mkdir()
+    (Path(containers.runtime_path) / f"user-{ALICE.uid}").symlink_to(elsewhere)
+    kept = Path(containers.data_path) / f"user-{BOB.uid}" / "pyxis_own"
+    kept.mkdir(parents=True)
+    os.chown(kept.parent, BOB.uid, BOB.uid)
+
+    subprocess.run(["sh", "-c", enroot_directories(containers, (ALICE, BOB))], check=True)
+
+    assert not (planted / "pyxis_job").exists()
+    assert _owner_and_mode(planted) == (ALICE.uid, ALICE.uid, 0o700)
+    runtime = Path(containers.runtime_path) / f"user-{ALICE.uid}"
+    assert not runtime.is_symlink() and _owner_and_mode(runtime) == (ALICE.uid, ALICE.uid, 0o700)
+    assert elsewhere.is_dir() and _owner_and_mode(elsewhere)[0] == 0
+    assert kept.is_dir()
 
 
 # --------------------------------------------------------------------------- example

@@ -3,17 +3,26 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from dualsched.components.identity import (
     FILES,
+    HOMES,
     NOBODY_UID,
     SLURM_UID,
     group_file,
+    home_of,
     identity_mounts,
     identity_volume,
+    make_homes,
     passwd_file,
 )
+from dualsched.components.login import LOGIN
 from dualsched.config.models import SlurmUser
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
@@ -114,7 +123,7 @@ def test_config_maps_hold_the_stacks_users(stack):
 
 def test_dev_users_are_alice():
     [config_map, *_] = _identity_config_maps(render_stack("dev"))
-    assert "alice:x:2001:2001::/tmp:/bin/sh" in config_map.manifest["data"]["users"].splitlines()
+    assert "alice:x:2001:2001::/home/alice:/bin/sh" in config_map.manifest["data"]["users"].splitlines()
     assert "alice:x:2001:" in config_map.manifest["data"]["groups"].splitlines()
 
 
@@ -138,7 +147,7 @@ def test_a_new_user_reaches_every_namespace_and_no_slurm_file():
     config_maps = _identity_config_maps(after)
     assert len(config_maps) == 2
     for config_map in config_maps:
-        assert "bob:x:2002:2002::/tmp:/bin/sh" in config_map.manifest["data"]["users"].splitlines()
+        assert "bob:x:2002:2002::/home/bob:/bin/sh" in config_map.manifest["data"]["users"].splitlines()
         assert "bob:x:2002:" in config_map.manifest["data"]["groups"].splitlines()
     assert after.slurm_files == before.slurm_files  # users live in no Slurm file
 
@@ -205,3 +214,51 @@ def test_slurm_user_of_slurm_conf_is_the_uid_the_daemons_run_as(stack):
     daemons = ((rendered.named("StatefulSet", "slurmctld"), "slurmctld"), (rendered.one("Deployment", "slurmdbd"), "slurmdbd"))
     for workload, name in daemons:
         assert container(workload, name)["securityContext"]["runAsUser"] == SLURM_UID
+
+
+# ---------------------------------------------------------------------------- homes
+
+
+def _make_homes_under(root: Path, users) -> None:
+    """identity.make_homes as a pod runs it (root), with /home moved under ``root``."""
+    script = make_homes(users).replace(f" {HOMES}", f" {root}{HOMES}")
+    subprocess.run(["sh", "-c", script], check=True)
+
+
+def test_each_user_has_a_home_of_their_own_that_no_one_else_enters(tmp_path):
+    """Shells, sshd and Python run files from a home (.profile, .pth): one user must never write
+    another's. Before, every user's home was the one /tmp. Twice: a restarted container finds them."""
+    if os.geteuid() != 0:
+        pytest.fail("the home tests chown to job users: run them as root, as CI does")
+    users = (SlurmUser(name="alice", uid=2001), SlurmUser(name="bob", uid=2002, gid=3000))
+    for _ in range(2):
+        _make_homes_under(tmp_path, users)
+    for user in users:
+        home = tmp_path / home_of(user).lstrip("/")
+        status = home.stat()
+        assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (user.uid, user.group_id, 0o700)
+    passwd = _entries(passwd_file(users))
+    assert [passwd[user.name][5] for user in users] == ["/home/alice", "/home/bob"]
+
+
+def test_a_home_another_user_made_first_is_replaced(tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("the home tests chown to job users: run them as root, as CI does")
+    alice = SlurmUser(name="alice", uid=2001)
+    planted = tmp_path / "home" / "alice"
+    (planted / ".ssh").mkdir(parents=True)
+    (planted / ".ssh" / "rc").write_text("steal\n")
+    os.chown(planted, 2002, 2002)
+    _make_homes_under(tmp_path, (alice,))
+    assert not (planted / ".ssh").exists() and planted.stat().st_uid == alice.uid
+
+
+def test_pods_that_run_users_code_make_the_homes_before_they_start():
+    rendered = render_stack("dev")
+    homes = make_homes(rendered.config.slurm.users)
+    slurmd = [container(ds, "slurmd") for ds in rendered.by_kind("DaemonSet") if ds.name.startswith("dualsched-slurmd-")]
+    login = [container(d, LOGIN) for d in rendered.by_kind("Deployment") if LOGIN in d.name]
+    assert slurmd and login
+    for runs_code in (*slurmd, *login):
+        assert homes in runs_code["command"][2], runs_code["command"]
+        assert mounts(runs_code)[HOMES]["name"] == "home"

@@ -95,6 +95,18 @@ def test_root_another_key_and_an_unlisted_user_are_refused(login, tmp_path):
         assert refused.returncode == 255 and "Permission denied (publickey)" in refused.stderr, (user, refused.stderr)
 
 
+def test_the_user_has_a_private_home_and_sshd_runs_no_rc_file_from_it(login):
+    """Homes are each user's own (0700, under /home), and sshd ignores ~/.ssh/rc: it would run it at
+    every login without checking who wrote it."""
+    home = login.ssh("cd && pwd && stat -c '%u %a' .")
+    assert home.returncode == 0, home.stderr
+    assert home.stdout.split() == [f"/home/{USER}", str(JOB_USER_UID), "700"], home.stdout
+    planted = login.ssh("mkdir -p ~/.ssh && printf 'touch ~/rc-ran\\n' > ~/.ssh/rc && rm -f ~/rc-ran")
+    assert planted.returncode == 0, planted.stderr
+    assert login.ssh("true").returncode == 0
+    assert login.ssh("test -e ~/rc-ran").returncode == 1
+
+
 def test_sinfo_from_the_login_pod_sees_the_node(login):
     result = login.ssh("sinfo --noheader --Node --format='%N %t'")
     assert result.returncode == 0, result.stderr

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import pwd
 import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from dualsched.components.compute import ENROOT_CONF_DIR, enroot_directories
 from dualsched.components.slurm_files import ENROOT_CONF, render_enroot_conf
-from dualsched.config.models import PoolContainers, StackConfig
+from dualsched.config.models import PoolContainers, SlurmUser, StackConfig
 from harness import JOB_USER, LocalCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -32,6 +33,9 @@ EXAMPLE = REPO / "examples" / "train_pyxis.sbatch"
 # overrides #SBATCH lines); everything else, the container options above all, is the example's.
 ON_THIS_MACHINE = ("--nodes=1", "--gres=gpu:1", "--mem=100M", "--time=5")
 NOBODY_UID = pwd.getpwnam(JOB_USER).pw_uid
+JOB_USERS = (SlurmUser(name=JOB_USER, uid=NOBODY_UID, gid=pwd.getpwnam(JOB_USER).pw_gid),)
+OTHER_USER = "daemon"
+"""Another account of this machine (Debian's), to try the job user's directories with."""
 
 
 def install_pyxis(cluster: LocalCluster) -> str:
@@ -55,7 +59,7 @@ def plugstack_fetched(cluster: LocalCluster) -> bool:
 def enroot_configured(containers: PoolContainers) -> Iterator[None]:
     """What the slurmd container of a pool with containers gets: the rendered enroot.conf where Enroot
     reads it, and the pool's directories made as the container's command makes them."""
-    subprocess.run(["sh", "-c", enroot_directories(containers)], check=True)
+    subprocess.run(["sh", "-c", enroot_directories(containers, JOB_USERS)], check=True)
     conf = Path(ENROOT_CONF_DIR) / ENROOT_CONF
     kept = conf.read_bytes() if conf.exists() else None
     conf.write_text(render_enroot_conf(containers))
@@ -147,4 +151,10 @@ def test_the_example_is_accepted_up_to_the_registry(pyxis_cluster):
     # Enroot ran with the rendered enroot.conf: its per-user directories, none elsewhere.
     runtime = Path(pyxis_cluster.config.pools[0].containers.runtime_path)
     assert sorted(path.name for path in runtime.iterdir()) == [f"user-{NOBODY_UID}"]
+    # Each user's own: Enroot, as the job's user, worked in it; another user can neither look in nor add.
+    mine = runtime / f"user-{NOBODY_UID}"
+    assert (mine.stat().st_uid, stat.S_IMODE(mine.stat().st_mode)) == (NOBODY_UID, 0o700)
+    for attempt in (["ls", str(mine)], ["mkdir", str(runtime / "user-1")]):
+        tried = subprocess.run(["runuser", "-u", OTHER_USER, "--", *attempt], capture_output=True, text=True)
+        assert tried.returncode != 0 and "Permission denied" in tried.stderr, (attempt, tried.stderr)
     pyxis_cluster.wait_for_node_state(pyxis_cluster.local_node, "IDLE")
