@@ -9,8 +9,11 @@ import pytest
 from dualsched.components.common import child, meta
 from dualsched.components.program import build
 from dualsched.components.programs import source
+from dualsched.config import parse_stack_config
+from dualsched.config.loader import trust_warnings
 from dualsched.config.models import SubmissionIdentity
 from rendering import container, mounts, pod_spec, render_raw, render_stack, render_with_registrations, variant, volume
+from tests.conftest import raw_stack
 
 PSA = "pod-security.kubernetes.io"
 SCRIPT = "#!/bin/sh\n#SBATCH --job-name=train\nsrun hostname\n"
@@ -134,3 +137,21 @@ def test_sbatch_pod_runs_as_the_identitys_user_unprivileged(with_job):
 
 def test_sbatch_job_validates_against_the_schema(with_job):
     kubernetes_validate.validate(with_job.one("Job").manifest, with_job.config.kubernetes_version, strict=True)
+
+
+# ---------------------------------------------------------------------------- trust boundary
+
+
+def test_one_namespace_for_several_users_is_said_at_every_preview():
+    """Kubernetes lets a pod use any ServiceAccount of its namespace: identities of several Slurm users in one
+    submission namespace let whoever creates pods there submit as any of them. Valid, so warned, not refused."""
+    [warning] = trust_warnings(parse_stack_config(raw_stack("prod")))
+    assert warning.startswith("submission.identities: the ServiceAccounts of Slurm users mlops, research share the namespace ")
+    assert "one trust boundary" in warning
+
+
+@pytest.mark.parametrize("change", [lambda raw: None, lambda raw: raw["submission"].update(enabled=False)])
+def test_one_user_per_namespace_or_no_submission_is_not_warned_about(change):
+    raw = raw_stack("dev")
+    change(raw)
+    assert trust_warnings(parse_stack_config(raw)) == []
