@@ -383,6 +383,18 @@ class StackFileLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> Problem:
+    """PyYAML's problem, placed by line and column (1-based, as editors count) and by what it was parsing
+    from where: PyYAML's own text names the string it was given, not the file."""
+    def at(mark: Optional[yaml.Mark]) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "an unknown place"
+
+    where = f"cannot read the stack file at {at(error.problem_mark)}"
+    if error.context:
+        where += f" ({error.context} from {at(error.context_mark)})"
+    return Problem(str(path), where, error.problem or "not YAML")
+
+
 def read_stack_document(path: str | Path) -> Any:
     """Parse a stack file with StackFileLoader's limits, or raise ConfigError."""
     path = Path(path)
@@ -401,6 +413,8 @@ def read_stack_document(path: str | Path) -> Any:
             loader.dispose()
     except _Refused as refused:
         raise refuse(refused.problem) from None
+    except yaml.MarkedYAMLError as error:
+        raise refuse(_yaml_problem(path, error)) from None
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise refuse(Problem(str(path), "cannot read the stack file", str(error).splitlines()[0])) from None
     if loader.duplicates:

@@ -691,6 +691,9 @@ def test_broken_yaml_file_is_a_config_error(tmp_path):
         load_stack_file(broken)
     assert "cannot read the stack file" in str(caught.value)
     assert problem_line(str(broken)).search(str(caught.value))
+    # where, as an editor counts: the flow mapping opened on line 2 is still open at the end of the file
+    assert (f"{broken}: cannot read the stack file at line 4, column 1 (while parsing a flow mapping from line 2, "
+            "column 20) (got \"expected ',' or '}', but got '<stream end>'\")") in str(caught.value), str(caught.value)  # fmt: skip
 
 
 def test_missing_stack_file_is_a_config_error(tmp_path):
