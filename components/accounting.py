@@ -232,11 +232,12 @@ class Accounting(pulumi.ComponentResource):
     def _slurmdbd(self, name: str, args: AccountingArgs, password_secret: pulumi.Input[str], password_key: str) -> None:
         config, site = args.config, args.site
         dbd_labels = labels(ACCOUNTING_SERVICE, config.slurm.cluster_name)
+        conf_files = {"slurmdbd.conf": render_slurmdbd_conf(config, site)}
         conf = k8s.core.v1.Secret(
             f"{name}-slurmdbd-conf",
             metadata=meta(namespace=args.namespace, labels=dbd_labels),
             type="Opaque",
-            string_data={"slurmdbd.conf": render_slurmdbd_conf(config, site)},
+            string_data=conf_files,
             opts=child(self),
         )
         k8s.core.v1.Service(
@@ -263,7 +264,7 @@ class Accounting(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dbd_labels),
                 template=k8s.core.v1.PodTemplateSpecArgs(
                     metadata=meta(labels=dbd_labels, annotations={
-                        CONFIG_HASH_ANNOTATION: config_hash({"slurmdbd.conf": render_slurmdbd_conf(config, site)}),
+                        CONFIG_HASH_ANNOTATION: config_hash(conf_files),
                         **users_annotation(config),
                     }),
                     spec=k8s.core.v1.PodSpecArgs(

@@ -13,7 +13,7 @@ from dualsched.components.common import (
     GPU_RESOURCE, SKIP_AWAIT, child, claim_volume, config_map_volume, empty_dir, labels, meta, mount, tcp_probe, tolerations_for,
 )
 from dualsched.components.identity import (
-    OWN_DIRECTORY, home_mount, home_volume, identity_mounts, identity_volume, make_homes, users_annotation,
+    home_mount, home_volume, identity_mounts, identity_volume, make_homes, owned_directories, users_annotation,
 )
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
 from dualsched.components.programs import source
@@ -142,12 +142,11 @@ def enroot_directories(containers: PoolContainers, users: tuple[SlurmUser, ...])
     ``group-<gid>`` for the group's members (sticky: none removes another's files). No user makes, enters
     or plants files in another's. The paths are words the shell takes as they are (config.types
     AbsolutePath: letters, digits, '.', '_', '-' and '/')."""
-    paths = containers.paths.values()
-    mine = [f"own {path}/user-{user.uid} {user.uid} {user.group_id} 0700"
+    paths = " ".join(containers.paths.values())
+    mine = [(f"{path}/user-{user.uid}", user.uid, user.group_id, "0700")
             for user in users for path in (containers.runtime_path, containers.data_path)]  # fmt: skip
-    ours = [f"own {containers.cache_path}/group-{gid} 0 {gid} 1770" for gid in sorted({user.group_id for user in users})]
-    closed = f"mkdir -p {' '.join(paths)} && chown 0:0 {' '.join(paths)} && chmod 0755 {' '.join(paths)}"
-    return " && ".join([f"{OWN_DIRECTORY}; {closed}", *mine, *ours])
+    ours = [(f"{containers.cache_path}/group-{gid}", 0, gid, "1770") for gid in sorted({user.group_id for user in users})]
+    return owned_directories(f"mkdir -p {paths} && chown 0:0 {paths} && chmod 0755 {paths}", [*mine, *ours])
 
 
 def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]:
@@ -163,8 +162,8 @@ def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]
 
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
     """slurmd in the foreground; once the primary controller answers (or has had its time) when there is a
-    backup; unprivileged, after making its own cgroup writable; with Enroot's directories ready where
-    Pyxis runs (pool_enroot)."""
+    backup; unprivileged, after making its own cgroup writable; with the users' homes made, and Enroot's
+    directories ready where Pyxis runs (pool_enroot)."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
     steps = []
     if len(site.controller_hosts) > 1:
@@ -177,8 +176,6 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
     enroot = pool_enroot(config, pool)
     if enroot is not None:
         steps.append(enroot_directories(enroot, config.slurm.users))
-    if not steps:
-        return slurmd
     return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
 
 

@@ -9,7 +9,7 @@ the image's own: the pods then depend on no image's accounts (Debian's slurm use
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,12 +39,17 @@ def home_of(user: SlurmUser) -> str:
     return f"{HOMES}/{user.name}"
 
 
+def owned_directories(setup: str, directories: Iterable[tuple[str, int, int, str]]) -> str:
+    """Shell, run as root: ``setup``, then each (path, uid, gid, mode) made UID's alone with that mode (OWN_DIRECTORY)."""
+    return " && ".join([f"{OWN_DIRECTORY}; {setup}", *(f"own {path} {uid} {gid} {mode}" for path, uid, gid, mode in directories)])
+
+
 def make_homes(users: tuple[SlurmUser, ...]) -> str:
     """Shell, run as root when a pod that runs users' code starts: each user's home, theirs alone (0700).
     Shells, sshd and tools run files from a home (.profile, ~/.ssh/rc, Python's .pth, .gitconfig), so no
     user may write another's; /tmp is nobody's home. Homes live as long as the pod (an emptyDir): what
     must last belongs on /shared."""
-    return " && ".join([f"{OWN_DIRECTORY}; mkdir -p {HOMES}", *(f"own {home_of(u)} {u.uid} {u.group_id} 0700" for u in users)])
+    return owned_directories(f"mkdir -p {HOMES}", ((home_of(u), u.uid, u.group_id, "0700") for u in users))
 
 
 def passwd_file(users: tuple[SlurmUser, ...]) -> str:

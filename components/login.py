@@ -63,12 +63,12 @@ SSHD_CAPABILITIES = ("SETUID", "SETGID", "SYS_CHROOT", "KILL", "CHOWN", "FOWNER"
 PRIVSEP_USER = f"sshd:x:{NOBODY_UID}:{NOBODY_UID}:sshd privilege separation:{PRIVSEP_DIR}:/usr/sbin/nologin"
 
 
-
 def sshd_start(config: StackConfig) -> str:
     """A pod template's emptyDir is 0777: the privilege-separation chroot must not be writable by others,
     /tmp needs the sticky bit, and each user gets a home of their own (identity.make_homes)."""
     return (f"chmod 0755 {PRIVSEP_DIR} && chmod 1777 /tmp && {make_homes(config.slurm.users)}"
             f" && exec /usr/sbin/sshd -D -e -f {SSHD_CONFIG_DIR}/{SSHD_CONFIG}")  # fmt: skip
+
 
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 SMALLEST_KEY = 2**129

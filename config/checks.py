@@ -756,3 +756,17 @@ class CrossFieldError(ValueError):
         count = len(problems)
         lines = "".join(f"\n  {problem}" for problem in problems)
         super().__init__(f"{count} cross-field problem{'s' if count != 1 else ''}:{lines}")
+
+
+def trust_warnings(config: StackConfig) -> list[str]:
+    """What the config allows that its author may not mean: valid, so not refused, but said at every preview."""
+    submission = config.submission
+    users = sorted({identity.user for identity in submission.identities})
+    if not submission.enabled or len(users) < 2:
+        return []
+    return [
+        f"submission.identities: the ServiceAccounts of Slurm users {', '.join(users)} share the namespace "
+        f"{submission.namespace}, and a pod there may use any ServiceAccount of its namespace: whoever can create "
+        "pods in it can submit jobs as any of these users (one trust boundary). Users who must not act as each "
+        "other need stacks of their own (docs/security.md)"
+    ]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from dualsched.config.checks import MISSING, CrossFieldError, Problem, format_value
+from dualsched.config.checks import MISSING, CrossFieldError, Problem, format_value, trust_warnings
 from dualsched.config.models import StackConfig
 from dualsched.config.types import SHOWN_SECRET, SecretText, is_encrypted
 
@@ -587,17 +587,3 @@ def load_pulumi_config(key: ConfigKey = ConfigKey()) -> StackConfig:
     for warning in trust_warnings(config):
         pulumi.log.warn(warning)
     return config
-
-
-def trust_warnings(config: StackConfig) -> list[str]:
-    """What the config allows that its author may not mean: valid, so not refused, but said at every preview."""
-    submission = config.submission
-    users = sorted({identity.user for identity in submission.identities})
-    if not submission.enabled or len(users) < 2:
-        return []
-    return [
-        f"submission.identities: the ServiceAccounts of Slurm users {', '.join(users)} share the namespace "
-        f"{submission.namespace}, and a pod there may use any ServiceAccount of its namespace: whoever can create "
-        "pods in it can submit jobs as any of these users (one trust boundary). Users who must not act as each "
-        "other need stacks of their own (docs/security.md)"
-    ]

@@ -10,7 +10,7 @@ from dualsched.components.common import child, meta
 from dualsched.components.program import build
 from dualsched.components.programs import source
 from dualsched.config import parse_stack_config
-from dualsched.config.loader import trust_warnings
+from dualsched.config.checks import trust_warnings
 from dualsched.config.models import SubmissionIdentity
 from rendering import container, mounts, pod_spec, render_raw, render_stack, render_with_registrations, variant, volume
 from tests.conftest import raw_stack
