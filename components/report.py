@@ -384,8 +384,11 @@ def _clock(minute: int) -> str:
 
 
 def _kept_taints(keeper: Mapping[str, Any]) -> dict[str, set[NodeTaint]]:
-    """Node -> the taints the node keeper's desired state puts there."""
+    """Node -> the taints the node keeper's desired state puts there (none before it is created or after it is
+    deleted)."""
     kept: dict[str, set[NodeTaint]] = {}
+    if not is_node_keeper(keeper):
+        return kept
     for pool in json.loads(keeper["data"][STATE_FILE])["pools"]:
         taints = {NodeTaint(describe(taint)) for taint in pool["taints"]}
         window = pool["window"]
@@ -1069,7 +1072,7 @@ def _plan_from_sides(args: argparse.Namespace, head: Path) -> Plan:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dualsched.components.report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
+        prog="dualsched-report", description=__doc__.split("\n\n")[0], epilog=SIDES_HELP + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--base", type=Path, help="the base: a render directory, or a stack file to render")

@@ -668,3 +668,40 @@ def test_promoting_a_checkpoint_names_the_directories_served_before_and_after(tm
     (rollout,) = compared.of(Impact.INFERENCE_ROLLOUT)
     assert rollout.summary.endswith(": serves `/models/qwen2.5-0.5b-instruct/step-2` instead of "
                                     "`/models/qwen2.5-0.5b-instruct` (a checkpoint promoted, or rolled back)")
+
+
+# ------------------------------------------------------------ a new stack, a deleted stack
+
+
+def _empty_render(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def test_a_new_stacks_report_says_which_nodes_it_labels_and_taints(tmp_path):
+    """The first pull request of an environment compares its render with nothing."""
+    write_render(render_raw(raw_stack("prod")).render, tmp_path / "head")
+    plan = plan_from_renders(_empty_render(tmp_path / "base"), tmp_path / "head")
+    findings = _findings(plan)
+    assert {f.change.op for f in findings} == {"create"}
+    nodes = sorted({node for f in findings if f.impact is Impact.NODE_CHANGE for node in f.nodes})
+    assert len(nodes) == 80, nodes
+    assert "**Node label/taint change** (80 nodes)" in render_markdown(plan)
+
+
+def test_a_deleted_stacks_report_leads_with_its_data_and_its_nodes(tmp_path):
+    write_render(render_raw(raw_stack("prod")).render, tmp_path / "base")
+    plan = plan_from_renders(tmp_path / "base", _empty_render(tmp_path / "head"))
+    markdown = render_markdown(plan)
+    assert "node keeper removed: the nodes keep their labels and taints as they are" in markdown
+    assert headline(markdown).strip().startswith("🛑 **Storage replace or delete — DATA RISK**"), headline(markdown)
+
+
+def test_a_first_preview_reports_like_a_new_stacks_render(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: None)
+    document = preview_from_renders(compared.base, compared.base)
+    document["steps"] = [{"op": "create", "urn": step["urn"], "newState": step["newState"]} for step in document["steps"]]
+    plan = plan_from_preview(document)
+    assert {c.op for c in plan.changes} == {"create"}
+    assert any(f.impact is Impact.NODE_CHANGE for f in _findings(plan))
+    assert_no_secret(render_markdown(plan), compared.base)
