@@ -659,7 +659,7 @@ BAD_INPUT = (ConfigError, InputError, ProgramFailed, RenderRefused)
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dualsched.components.render", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        prog="dualsched-render", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)

@@ -51,7 +51,7 @@ def check(config: StackConfig, environment: Optional[str] = None) -> list[Violat
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dualsched.policy.offline", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
+        prog="dualsched-policy", description=__doc__.split("\n\n")[0], epilog=SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)

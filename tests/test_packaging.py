@@ -152,6 +152,13 @@ def test_the_installed_tools_render_report_and_check_the_projects_program(consum
     assert policy.returncode == 0, policy.stdout + policy.stderr
 
 
+@pytest.mark.parametrize("command", ["dualsched-render", "dualsched-report", "dualsched-policy"])
+def test_each_installed_tools_help_names_the_command_a_user_types(consumer, command):
+    result = _run(consumer, command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {command} "), result.stdout
+
+
 def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(consumer):
     result = _run(consumer, "python", "-c",
                   "from pathlib import Path; import dualsched.policy, dualsched.examples.own_program as example; "
