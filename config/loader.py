@@ -255,10 +255,11 @@ def _under(path: str, keys: Iterable[str]) -> bool:
     return any(path == key or path.startswith((f"{key}.", f"{key}[")) for key in keys)
 
 
-def _hide_secrets(problems: list[Problem], secret_keys: Iterable[str]) -> list[Problem]:
+def _hide_secrets(problems: list[Problem], secret_keys: Iterable[str | tuple[Any, ...]]) -> list[Problem]:
     """``problems`` with every value that is or may be a secret shown as [secret]."""
     # A key the engine marks secret may be written either way, and every value under it may be secret.
-    hidden_keys = {_path((form,)) for key in secret_keys for form in (key, to_camel(key))}
+    hidden_keys = {_path((form,)) for key in secret_keys if isinstance(key, str) for form in (key, to_camel(key))}
+    hidden_keys |= {_path(location) for location in secret_keys if isinstance(location, tuple)}
 
     def secret(problem: Problem) -> bool:
         value = problem.value
@@ -269,10 +270,13 @@ def _hide_secrets(problems: list[Problem], secret_keys: Iterable[str]) -> list[P
     return [Problem(p.path, p.message, HIDDEN) if secret(p) else p for p in problems]
 
 
-def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config", secret_keys: Iterable[str] = ()) -> StackConfig:
+def parse_stack_config(
+    raw: Mapping[str, Any], source: str = "stack config", secret_keys: Iterable[str | tuple[Any, ...]] = ()
+) -> StackConfig:
     """Validate the ``dualsched:`` keys (without the namespace prefix) or raise ConfigError.
 
-    ``secret_keys``: the keys (without the prefix) whose values are secrets, which no problem shows.
+    ``secret_keys``: the keys (without the prefix), or locations in ``raw`` (tuples of keys and list
+    indexes), whose values are secrets, which no problem shows.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("(top level)", "config must be a mapping of keys to values", raw)], source)
@@ -334,6 +338,9 @@ MAX_STACK_FILE_BYTES = 1 << 20
 """A stack file is a few kilobytes; a megabyte leaves room for many encrypted secrets."""
 MAX_DEPTH = 32
 """The deepest config key is about eight levels down."""
+MAX_EXPANDED_VALUES = 100_000
+"""Values in a stack file with its aliases expanded: prod's is about 400 without any; a billion laughs is
+a billion."""
 
 
 class _Refused(yaml.YAMLError):
@@ -345,10 +352,12 @@ class _Refused(yaml.YAMLError):
 
 
 class StackFileLoader(yaml.SafeLoader):
-    """SafeLoader for stack files: no aliases, no duplicate keys, nesting at most MAX_DEPTH deep.
+    """SafeLoader for stack files: anchors, aliases and merge keys as the Pulumi CLI reads them (Go's
+    yaml.v3), but at most MAX_EXPANDED_VALUES values once expanded and no alias inside the value it names;
+    no duplicate keys; nesting at most MAX_DEPTH deep.
 
-    Aliases make billion-laughs bombs possible, a repeated key silently overrides the first,
-    and deep nesting exhausts Python's recursion; a stack file needs none of them.
+    Expanded aliases make billion-laughs bombs possible (yaml.v3 refuses "excessive aliasing" by a ratio),
+    a repeated key silently overrides the first, and deep nesting exhausts Python's recursion.
     Duplicate keys are collected in ``duplicates`` so all of them are reported at once.
     """
 
@@ -360,7 +369,7 @@ class StackFileLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         mark = self.peek_event().start_mark
         if self.check_event(yaml.AliasEvent):
-            raise _Refused(Problem(f"line {mark.line + 1}", "YAML aliases (*name) are not allowed in a stack file", self.peek_event().anchor))
+            return super().compose_node(parent, index)
         if self.depth >= MAX_DEPTH:
             raise _Refused(Problem(f"line {mark.line + 1}", f"nested more than {MAX_DEPTH} levels deep", MISSING))
         self.depth += 1
@@ -368,6 +377,15 @@ class StackFileLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        expanded = _expanded_values(node)
+        if expanded is None:
+            raise _Refused(Problem("(aliases)", "a YAML alias inside the value it names makes a loop", MISSING))
+        if expanded > MAX_EXPANDED_VALUES:
+            raise _Refused(Problem("(aliases)", f"YAML aliases expand the file to more than {MAX_EXPANDED_VALUES} values",
+                                   f"{expanded} values"))  # fmt: skip
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
@@ -381,6 +399,33 @@ class StackFileLoader(yaml.SafeLoader):
                 )
             first_line.setdefault(key, line)
         return super().construct_mapping(node, deep)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _expanded_values(root: yaml.Node) -> Optional[int]:
+    """How many values the document holds with every alias expanded; None when an alias is inside the value
+    it names. A composed alias is the anchored node itself, so the graph is walked once per node (a loop:
+    expanded, aliases nest deeper than MAX_DEPTH)."""
+    sizes: dict[int, int] = {}
+    expanding: set[int] = set()
+    pending: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while pending:
+        node, children_done = pending.pop()
+        if children_done:
+            expanding.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+        elif id(node) in expanding:
+            return None
+        elif id(node) not in sizes:
+            expanding.add(id(node))
+            pending.append((node, True))
+            pending += [(child, False) for child in _children(node)]
+    return sizes[id(root)]
 
 
 def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> Problem:
@@ -562,6 +607,7 @@ def load_pulumi_config(key: ConfigKey = ConfigKey()) -> StackConfig:
     # aliasing but allows some aliases and 10000 levels of nesting: when the file is here (the
     # program runs in the project directory), hold it to the offline render's rules too.
     stack_file = Path(f"Pulumi.{pulumi.get_stack()}.yaml")
+    in_file = None
     if stack_file.is_file():
         document = read_stack_document(stack_file)
         # Only the file tells which values were encrypted: the engine hands them over decrypted.
@@ -576,8 +622,14 @@ def load_pulumi_config(key: ConfigKey = ConfigKey()) -> StackConfig:
         raw = {name: _decode(value) for name, value in key.select(settings, source).items()}
     else:
         raw = _decode(key.select(settings, source))
-        # One key holds the whole config: marked secret, every field of it is.
-        secret_keys = set(raw) if secret_keys and isinstance(raw, dict) else set()
+        # One key holds the whole config, and one secret value in it has the engine mark all of it secret:
+        # the stack file says which values were encrypted; without it (an ESC environment), every one may be.
+        if not (secret_keys and isinstance(raw, dict)):
+            secret_keys = set()
+        elif isinstance(in_file, dict):
+            secret_keys = set(_encrypted_locations(in_file))
+        else:
+            secret_keys = set(raw)
     config = parse_stack_config(raw, source, secret_keys)
     for name in _plain_secret_keys(config, secret_keys) if key.key is None else ():
         pulumi.log.warn(

@@ -8,6 +8,7 @@ message names the config path to fix, in the form
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -955,6 +956,28 @@ def test_a_secret_key_holding_the_whole_config_hides_every_value(engine_config, 
         load_pulumi_config(ConfigKey.parse("gpu:cluster"))
     assert "pools[0].slurmGpus" in str(caught.value) and "(got [secret])" in str(caught.value)
     assert "(got 8)" not in str(caught.value)
+
+
+def test_a_secret_key_from_the_stack_file_hides_only_the_values_encrypted_there(engine_config, prod_raw, tmp_path, monkeypatch):
+    """`pulumi config set --secret --path 'gpu:cluster...password'` makes the engine mark all of gpu:cluster
+    secret; the stack file beside the program says which value it was."""
+    from pulumi.runtime import config as runtime_config
+
+    external = prod_raw["slurm"]["accounting"]["database"]["external"]
+    del external["passwordSecret"]
+    prod_raw["pools"][0]["slurmGpus"] = "nine"
+    in_file = copy.deepcopy(prod_raw)
+    in_file["slurm"]["accounting"]["database"]["external"]["password"] = {"secure": "v1:AAAABBBBCCCC"}
+    (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump({"config": {"gpu:cluster": in_file}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pulumi, "get_stack", lambda: "prod")
+    external["password"] = "has space"  # decrypted by the engine; not a valid StoragePassword
+    runtime_config.set_all_config({"gpu:cluster": json.dumps(prod_raw)}, ["gpu:cluster"])
+    with pytest.raises(ConfigError) as caught:
+        load_pulumi_config(ConfigKey.parse("gpu:cluster"))
+    message = str(caught.value)
+    assert problem_line("pools[0].slurmGpus").search(message) and "(got 'nine')" in message, message
+    assert "slurm.accounting.database.external.password" in message and "has space" not in message, message
 
 
 def test_a_missing_key_is_named_with_the_keys_there_are(engine_config, dev_raw):

@@ -349,18 +349,32 @@ def _refusal(path: Path) -> list[str]:
     return lines
 
 
-def test_a_billion_laughs_is_refused_at_the_first_alias(tmp_path):
-    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    lines += [f"a{i}: &a{i} [{','.join(['*a' + str(i - 1)] * 9)}]" for i in range(1, 10)]
-    bomb = "config:\n" + textwrap.indent("\n".join(lines), "  ") + "\n  dualsched:slurm: *a9\n"
-    assert "aliases" in _refusal(_write(tmp_path, bomb))[0]
+BILLION_LAUGHS = "config:\n" + textwrap.indent("\n".join(
+    ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"a{i}: &a{i} [{','.join(['*a' + str(i - 1)] * 9)}]" for i in range(1, 10)]), "  ") + "\n  dualsched:slurm: *a9\n"  # fmt: skip
 
 
-def test_any_alias_is_refused(tmp_path):
-    path = ROOT / "Pulumi.dev.yaml"
-    text = path.read_text().replace("config:\n", "x: &shared 1\ny: *shared\nconfig:\n", 1)
-    (line,) = _refusal(_write(tmp_path, text))
-    assert re.match(r"  line [0-9]+: YAML aliases .* \(got 'shared'\)$", line), line
+def test_a_billion_laughs_is_refused_before_it_is_expanded(tmp_path):
+    (line,) = _refusal(_write(tmp_path, BILLION_LAUGHS))
+    assert re.match(r"  \(aliases\): YAML aliases expand the file to more than 100000 values \(got '[0-9]{10} values'\)$", line), line
+
+
+def test_an_alias_inside_the_value_it_names_is_refused(tmp_path):
+    for loop in ("config:\n  dualsched:pools: &a [1, *a]\n", "config:\n  dualsched:slurm: &a {users: *a}\n"):
+        (line,) = _refusal(_write(tmp_path, loop))
+        assert "a YAML alias inside the value it names makes a loop" in line, line
+
+
+def test_anchors_aliases_and_merge_keys_read_as_pulumi_reads_them(tmp_path):
+    """The Pulumi CLI (Go's yaml.v3) reads anchors, aliases and `<<` merge keys: a team may keep a pool's
+    settings once and take them into the stack's config by a merge key."""
+    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    pools = document["config"]["dualsched:pools"]
+    document["config"]["dualsched:pools"] = "@POOLS@"
+    merged = "[" + ", ".join(["{<<: *first}"] + [json.dumps(pool) for pool in pools[1:]]) + "]"
+    text = f"x-first-pool: &first {json.dumps(pools[0])}\n" + yaml.safe_dump(document).replace("'@POOLS@'", merged)
+    assert "<<: *first" in text
+    assert load_stack_file(_write(tmp_path, text)) == load_stack_file(ROOT / "Pulumi.dev.yaml")
 
 
 def test_deep_nesting_is_refused(tmp_path):
@@ -390,7 +404,7 @@ def test_the_real_stack_files_pass_the_strict_reader():
 
 
 def test_the_render_cli_refuses_a_bomb_without_a_traceback(tmp_path):
-    bad = _write(tmp_path, "config:\n  a: &a [1, 2]\n  dualsched:pools: *a\n")
+    bad = _write(tmp_path, BILLION_LAUGHS)
     result = subprocess.run(
         [sys.executable, "-m", "dualsched.components.render", "--config", str(bad), "--out", str(tmp_path / "out")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
