@@ -96,6 +96,11 @@ def slurmd_security_context(pool: NodePool) -> k8s.core.v1.SecurityContextArgs:
         capabilities=k8s.core.v1.CapabilitiesArgs(add=list(SLURMD_CAPABILITIES)),
         # The runtime's AppArmor profile forbids mount, which slurmd_command needs.
         app_armor_profile=k8s.core.v1.AppArmorProfileArgs(type="Unconfined"),
+        # slurmd runs users' jobs: the runtime's seccomp profile keeps from them the system calls no job
+        # needs (kexec, module loading, keyring and clock changes...). It allows mount, unshare and bpf to
+        # a process with CAP_SYS_ADMIN, as slurmd is; a kubelet without --seccomp-default runs a container
+        # without any profile unless the pod asks for one.
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
     )
 
 

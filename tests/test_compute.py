@@ -117,12 +117,14 @@ def test_host_network_with_cluster_dns_and_on_delete_updates(stack):
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_dedicated_and_partitioned_slurmd_is_not_privileged(stack):
     """The runtime's device cgroup then admits only the GPUs the kubelet allocated to slurmd; it keeps
-    the two capabilities job cgroups and CPU binding need."""
+    the two capabilities job cgroups and CPU binding need, and the runtime's seccomp profile keeps from the
+    users' jobs what no job needs."""
     for daemonset in _daemonsets(render_stack(stack)).values():
         assert container(daemonset, "slurmd")["securityContext"] == {
             "privileged": False,
             "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
             "appArmorProfile": {"type": "Unconfined"},
+            "seccompProfile": {"type": "RuntimeDefault"},
         }
 
 

@@ -65,7 +65,6 @@ ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
         "non-root": "slurmd runs as root to start job steps as the submitting user",
         "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE",
         "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
-        "seccomp RuntimeDefault": "jobs run arbitrary user programs (MPI, container runtimes) the default profile may refuse",
     },
     ("Deployment", "*-login-*", "login"): {
         "non-root": "sshd becomes the user who logs in; it keeps only the capabilities for that (components/login.py)",
