@@ -90,3 +90,27 @@ def test_every_test_module_has_a_name_of_its_own():
     (rootdir-relative, no packages): two tiers' test_x.py stop the whole run at collection."""
     names = [path.name for path in (WORKFLOW.parents[2] / "tests").rglob("test_*.py")]
     assert sorted(name for name in set(names) if names.count(name) > 1) == []
+
+
+def every_step() -> list[dict]:
+    return [step for job in jobs().values() for step in job["steps"]]
+
+
+def test_every_action_is_pinned_by_commit_not_by_a_tag_that_can_move():
+    uses = [step["uses"] for step in every_step() if "uses" in step]
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref) for ref in uses), uses
+
+
+def test_nothing_downloaded_is_piped_to_a_shell():
+    scripts = [step["run"] for step in every_step() if "run" in step]
+    assert not [s for s in scripts if re.search(r"(curl|wget)[^\n|]*\|\s*(sudo\s+)?(ba|z)?sh\b", s)], scripts
+
+
+def test_the_deploy_credentials_reach_only_the_step_that_previews():
+    preview = jobs()["preview"]
+    # the job may ask whether a backend is configured (a boolean), not hold a value
+    job_level = yaml.safe_dump({key: value for key, value in preview.items() if key != "steps"}, width=1 << 20)
+    assert not set(re.findall(r"secrets\.(\w+)(?! != '')", job_level)) & DEPLOY_SECRETS, job_level
+    holders = [step for step in preview["steps"] if secrets_of(step) & DEPLOY_SECRETS]
+    assert [step["name"] for step in holders] == ["Pulumi preview (only with a configured backend)"]
+    assert secrets_of(holders[0]) == DEPLOY_SECRETS and "pulumi preview" in holders[0]["run"]
