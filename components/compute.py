@@ -16,6 +16,7 @@ from dualsched.components.identity import (
     home_mount, home_volume, identity_mounts, identity_volume, make_homes, owned_directories, users_annotation,
 )
 from dualsched.components.munge import munge_socket_mount, munge_volumes, munged_sidecar
+from dualsched.components.nodepools import slurmd_node_selector
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
     ENROOT_CONF, ENROOT_TASK_PROLOG_MOUNTS, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, TASK_PROLOG, Site, render_enroot_conf,
@@ -334,7 +335,7 @@ class ComputePool(pulumi.ComponentResource):
             # slurmd must still resolve slurmctld's cluster DNS name from the host network.
             dns_policy="ClusterFirstWithHostNet",
             automount_service_account_token=False,
-            node_selector={config.placement.pool_label: pool.name},
+            node_selector=slurmd_node_selector(config, pool),
             tolerations=tolerations_for(slurmd_tolerated_taints(config, pool)),
             termination_grace_period_seconds=120,
             init_containers=[munged_sidecar(image)],

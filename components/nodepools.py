@@ -14,12 +14,23 @@ from dualsched.config.models import NodePool, StackConfig
 
 MODE_LABEL = "dualsched.io/mode"
 SLURM_GPUS_LABEL = "dualsched.io/slurm-gpus"
+GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
+"""The pool again, under the prefix that the NodeRestriction admission plugin keeps a kubelet from setting on
+its own Node. slurmd brings the munge key and the read-write claim of /shared; a kubelet may set any other
+label on its Node, so a pool label alone would let a node label itself into a pool and get them."""
 
 
 def pool_labels(config: StackConfig, pool: NodePool) -> dict[str, str]:
     """The labels of every node of ``pool``: what slurmd's nodeSelector and the model servers' affinity match."""
     return {
         config.placement.pool_label: pool.name,
+        GUARDED_POOL_LABEL: pool.name,
         MODE_LABEL: pool.mode.value,
         SLURM_GPUS_LABEL: str(pool.slurm_gpu_count),
     }
+
+
+def slurmd_node_selector(config: StackConfig, pool: NodePool) -> dict[str, str]:
+    """The nodes of ``pool`` that the node keeper labelled: the guarded label, which only it can have set, and the
+    stack's own pool label (another stack's pool of the same name has the same guarded label)."""
+    return {config.placement.pool_label: pool.name, GUARDED_POOL_LABEL: pool.name}

@@ -138,6 +138,9 @@ def is_slurmd_pod(resource: Resource, pod_labels: Mapping[str, Any], settings: S
 # included (the NodeRestriction admission plugin's isKubernetesLabel).
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io")
+NODE_ISOLATION_PREFIX = "node-restriction.kubernetes.io"
+"""The one reserved prefix that is the cluster admin's: labels for node isolation, which the NodeRestriction
+admission plugin keeps kubelets from setting on their own Node (the node keeper's guarded pool label)."""
 
 
 # Kept in step with components/node_keeper.py: the node keeper's ConfigMap, whose desired state names
@@ -152,6 +155,8 @@ def is_reserved_namespace(name: str) -> bool:
 
 def is_reserved_key(key: str) -> bool:
     prefix = key.rpartition("/")[0]
+    if prefix == NODE_ISOLATION_PREFIX:
+        return False
     return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_KEY_DOMAINS)
 
 

@@ -19,6 +19,7 @@ from dualsched.config import parse_stack_config
 from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"
+GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
 SLURM_TAINT = {"key": "dualsched.io/slurm", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 WINDOW_TAINT = {"key": "dualsched.io/inference-window", "operator": "Equal", "value": "closed", "effect": "NoExecute"}
 """Every slurmd tolerates the closed-window taint: a pool switching to time-shared keeps its running slurmd."""
@@ -55,10 +56,12 @@ def test_kubernetes_mode_pools_get_no_slurmd():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_placed_by_the_pool_label_only(stack):
+def test_placed_by_the_pool_label_and_its_guarded_copy_only(stack):
+    """slurmd brings the munge key: it goes only where the node keeper put the pool, under a label that
+    NodeRestriction keeps a kubelet from setting on its own Node."""
     for pool, daemonset in _daemonsets(render_stack(stack)).items():
         spec = pod_spec(daemonset)
-        assert spec["nodeSelector"] == {POOL_LABEL: pool}
+        assert spec["nodeSelector"] == {POOL_LABEL: pool, GUARDED_POOL_LABEL: pool}
         assert daemonset.manifest["spec"]["template"]["metadata"]["labels"][POOL_LABEL] == pool
         selector = daemonset.manifest["spec"]["selector"]["matchLabels"]
         assert selector.items() <= daemonset.manifest["spec"]["template"]["metadata"]["labels"].items()
@@ -79,7 +82,7 @@ def test_selector_and_name_survive_pool_label_and_cluster_name_edits():
     before, after = render_stack("dev"), render_raw(variant("dev", edit))
     assert identity(after) == identity(before)
     (daemonset,) = after.by_kind("DaemonSet")
-    assert pod_spec(daemonset)["nodeSelector"] == {"example.com/gpu-pool": "gpu"}
+    assert pod_spec(daemonset)["nodeSelector"] == {"example.com/gpu-pool": "gpu", GUARDED_POOL_LABEL: "gpu"}
     assert daemonset.manifest["spec"]["template"]["metadata"]["labels"]["example.com/gpu-pool"] == "gpu"
 
 

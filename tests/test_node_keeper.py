@@ -389,7 +389,8 @@ def test_the_desired_state_is_every_pools_nodes_and_taints(stack):
 def test_dev_wants_no_taint_and_prod_the_slurm_taint_on_its_dedicated_pools():
     [dev] = json.loads(_keeper_objects(render_stack("dev"))[0].manifest["data"][STATE_FILE])["pools"]
     assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None,
-                   "labels": {"dualsched.io/pool": "gpu", "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "6"}}  # fmt: skip
+                   "labels": {"dualsched.io/pool": "gpu", "node-restriction.kubernetes.io/dualsched-pool": "gpu",
+                              "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "6"}}  # fmt: skip
     prod = {pool["name"]: pool for pool in json.loads(_keeper_objects(render_stack("prod"))[0].manifest["data"][STATE_FILE])["pools"]}
     assert prod["h100-a"]["taints"] == prod["h100-b"]["taints"] == [SLURM]
     assert prod["h100-a"]["nodes"][0] == "gpu-a-001" and len(prod["h100-a"]["nodes"]) == 32

@@ -210,6 +210,15 @@ def test_a_reserved_label_key_in_the_node_keepers_state_is_rejected(dev):
     rejected(dev.mutated("ConfigMap", "node-keeper", reserved), "no-system-namespaces-or-keys", "label 'node-role.kubernetes.io/gpu'")
 
 
+def test_the_keepers_guarded_pool_label_is_under_the_one_prefix_kept_for_node_isolation(dev):
+    """node-restriction.kubernetes.io/ is reserved for the cluster admin's isolation labels, which kubelets may
+    not set: the keeper's copy of the pool label is there, and the rule lets it be."""
+    [keeper] = [r for r in dev.resources if r.kind == "ConfigMap" and NODE_KEEPER_STATE in (r.manifest.get("data") or {})]
+    labels = json.loads(keeper.manifest["data"][NODE_KEEPER_STATE])["pools"][0]["labels"]
+    assert labels["node-restriction.kubernetes.io/dualsched-pool"] == "gpu"
+    assert dev.violations() == []
+
+
 def test_a_reserved_window_taint_key_is_rejected(dev):
     window = {"startMinute": 540, "durationMinutes": 480, "taint": {"key": "k8s.io/window", "value": "closed", "effect": "NoExecute"}}
     program = dev.mutated("ConfigMap", "node-keeper", _keeper_state(lambda state: state["pools"][0].update(window=window)))

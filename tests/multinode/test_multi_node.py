@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dualsched.components.nodepools import GUARDED_POOL_LABEL
 from node_support import JOB_USER_UID
 from test_real_node import INFERENCE_NS, SLURM_NS, wait_until
 
@@ -46,6 +47,25 @@ def test_pools_place_slurmd_and_the_model_server_on_their_own_nodes(nodes):
     # the dedicated nodes are Slurm's alone: the model server runs on a partitioned node
     servers = [p for p in nodes.pods(INFERENCE_NS) if p["metadata"].get("deletionTimestamp") is None]
     assert servers and {p["spec"]["nodeName"] for p in servers} <= set(PARTITIONED)
+
+
+def test_a_kubelet_cannot_label_its_own_node_into_a_pool(nodes):
+    """slurmd brings the munge key and /shared: it selects the pool's label under the prefix that NodeRestriction
+    keeps kubelets from setting, which the node keeper set. The node's own credentials (its kubelet's) may
+    label it otherwise, so the refusal is the prefix's."""
+    node = PARTITIONED[0]
+    world = nodes.world
+    as_kubelet = ("--kubeconfig", str(world.cluster_dir / "nodes" / node / "kubelet.kubeconfig"))
+    forged = world.kubectl(*as_kubelet, "label", "node", node, f"{GUARDED_POOL_LABEL}=gpu", "--overwrite", check=False)
+    assert forged.returncode != 0 and "forbidden" in forged.stderr.lower(), (forged.stdout, forged.stderr)
+    world.kubectl(*as_kubelet, "label", "node", node, "example.com/own-label=set")
+    world.kubectl(*as_kubelet, "label", "node", node, "example.com/own-label-")
+    selectors = [d["spec"]["template"]["spec"]["nodeSelector"] for d in world.kget("daemonsets", "-n", SLURM_NS)["items"]
+                 if d["metadata"]["name"].startswith("dualsched-slurmd-")]  # fmt: skip
+    assert selectors and all(s[GUARDED_POOL_LABEL] == s["dualsched.io/pool"] for s in selectors), selectors
+    for pod in nodes.slurmd_pods():
+        labels = world.kget("node", pod["spec"]["nodeName"])["metadata"]["labels"]
+        assert labels[GUARDED_POOL_LABEL] == labels["dualsched.io/pool"], labels  # the keeper's, on every node
 
 
 def test_host_network_pods_have_their_own_nodes_address_and_host_name(nodes):
