@@ -38,8 +38,7 @@ NODE_COUNT = len(NODES)
 MODULE_ORDER = (
     "test_multi_node", "test_training_across_nodes", "test_slurmd_rollout_across_nodes", "test_controller_failover",
 )
-"""Failover last: it takes a node away and waits for the primary's first full state save (300 s after it
-starts), which the training job's and the rollout's minutes before it cover."""
+"""Failover last: it takes a node away and brings it back; the flows before it want every node."""
 
 
 def pytest_collection_modifyitems(items):

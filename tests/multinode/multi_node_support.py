@@ -3,6 +3,7 @@ on them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, Cluster
@@ -46,3 +47,14 @@ def completed(nodes: Nodes, job_id: int) -> Optional[dict[str, str]]:
     """The job's sacct record once it is COMPLETED."""
     record = nodes.sacct(job_id)
     return record if record and record["State"] == "COMPLETED" else None
+
+
+def held(name: str) -> str:
+    """A job script that runs until the test releases it (``release``): a job lasts as long as a flow needs it
+    to, not a number of seconds guessed for a loaded machine. The release file is on the shared file system
+    (/shared in every slurmd pod), where this machine writes it."""
+    return f"--wrap=until [ -e /shared/.release-{name} ]; do sleep 1; done"
+
+
+def release(nodes: Nodes, name: str) -> None:
+    Path(nodes.world.shared, f".release-{name}").touch()

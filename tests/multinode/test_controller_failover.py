@@ -13,7 +13,7 @@ import pytest
 from e2e_support import TIMINGS
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, all_ready, wait_until
 
-from .multi_node_support import DEDICATED, Nodes, completed
+from .multi_node_support import DEDICATED, Nodes, completed, held, release
 
 pytestmark = pytest.mark.multinode
 
@@ -71,22 +71,21 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
                             "--time=10", "--output=/dev/null", *args)  # fmt: skip
         return int(out.strip().split(";")[0])
 
-    # Without the database (it may be on the lost node), a backup starts only from a full state save, which the
-    # primary writes 300 s after it starts (PERIODIC_CHECKPOINT) and then every 300 s; before that, the backup
-    # exits: "we have no TRES from it" (docs/multi-node.md).
-    tres = controller_state(nodes) / "last_tres"
-    wait_until("the primary's first full state save", tres.exists, timeout=330, every=5)
-    running = submit("--wrap=sleep 300")  # outlasts the outage and the return
+    running = submit(held("failover"))  # outlasts the outage and the return: the test ends it
     pending = submit("--begin=now+3600", "--wrap=true")
     wait_until("the long job to run", lambda: (squeue_states(nodes, running) or {}).get(running) == "RUNNING", timeout=120)
     # The backup starts from the state the primary saved, and slurmctld saves a change some seconds later, not at
     # once: lose the node once the running job is on disk, as it would be on a cluster that has been up a while.
     # Whether the save after the job's start came before this line or is still to come cannot be told from the
-    # file's time, so a reconfigure has the primary save all its state now (save_all_state, proc_req.c).
-    saved = controller_state(nodes) / "job_state"
+    # file's time, so a reconfigure has the primary save all its state now (save_all_state, proc_req.c). That
+    # includes last_tres, without which a backup that cannot reach the database (it may be on the lost node)
+    # exits, "we have no TRES from it"; on its own, the primary first writes it 300 s after it starts
+    # (PERIODIC_CHECKPOINT), see docs/multi-node.md.
+    saved = [controller_state(nodes) / name for name in ("job_state", "last_tres")]
     asked = time.time()
     nodes.slurm("scontrol", "reconfigure")
-    wait_until("the primary to save the running job", lambda: saved.exists() and saved.stat().st_mtime > asked, timeout=60)
+    wait_until("the primary to save the running job and the TRES",
+               lambda: all(f.exists() and f.stat().st_mtime > asked for f in saved), timeout=60)  # fmt: skip
 
     lost = time.monotonic()
     world.node("fail", primary_node)
@@ -114,5 +113,6 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
     states = wait_until("the primary to answer for the jobs", lambda: squeue_states(nodes, running, pending), timeout=300)
     assert states == {running: "RUNNING", pending: "PENDING"}, states
     assert nodes.slurm("scontrol", "show", "job", str(pending)).count("JobState=PENDING") == 1
-    wait_until(f"job {running} COMPLETED in sacct", lambda: completed(nodes, running), timeout=420, every=5)
+    release(nodes, "failover")
+    wait_until(f"job {running} COMPLETED in sacct", lambda: completed(nodes, running), timeout=120, every=3)
     nodes.slurm("scancel", str(pending))
