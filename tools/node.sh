@@ -356,6 +356,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 40
+# A pod's ConfigMap and Secret volumes follow their objects at its next sync: every 10 s here, not the default
+# minute, so that a config change (slurm.conf, a moved window) reaches the pods of this small cluster in seconds.
+syncFrequency: 10s
 EOF
 }
 
