@@ -52,6 +52,7 @@ import yaml
 from dualsched.components.common import GPU_RESOURCE
 from dualsched.components.controller import CONFIG_HASH_ANNOTATION
 from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.components.namespace import ROLLOUT
 from dualsched.components.nodepools import MODE_LABEL
 from dualsched.components.programs.node_keeper import MINUTES_PER_DAY, describe
 from dualsched.components.render import (
@@ -166,6 +167,8 @@ class Plan:
     taints_before: dict[str, set[NodeTaint]] = field(default_factory=dict)
     taints_after: dict[str, set[NodeTaint]] = field(default_factory=dict)
     """Node -> the taints the program puts there: a Node patch's own, and the node keeper's."""
+    rollout_controller_after: bool = True
+    """The head runs the slurmd rollout controller (a program may build ComputePool without it)."""
 
 
 class NodeTaint(NamedTuple):
@@ -410,6 +413,10 @@ def _node_taints(objects: Iterable[Mapping[str, Any]]) -> dict[str, set[NodeTain
     return dict(taints)
 
 
+def _runs_rollout_controller(objects: Iterable[Mapping[str, Any]]) -> bool:
+    return any(m and m.get("kind") == "Deployment" and _labels(m).get(NAME_LABEL) == ROLLOUT for m in objects)
+
+
 def _change(op: str, old: Optional[dict], new: Optional[dict], name: str = "", protected: bool = False) -> Change:
     """A change between two (already redacted) manifests; an update of a force-new field is a replace."""
     kind, namespace, object_name = _identity(new if new is not None else old)
@@ -425,6 +432,7 @@ def plan_from_renders(base: Path, head: Path) -> Plan:
     after, files_after, protected_after = read_render(head)
     plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), files_before, files_after)
     plan.taints_before, plan.taints_after = _node_taints(before.values()), _node_taints(after.values())
+    plan.rollout_controller_after = _runs_rollout_controller(after.values())
     for key in list(before) + [k for k in after if k not in before]:
         old, new = before.get(key), after.get(key)
         was, now = key in protected_before, key in protected_after
@@ -510,6 +518,7 @@ def plan_from_preview(document: Mapping[str, Any]) -> Plan:
         plan.changes.append(change)
     plan.nodes_before, plan.nodes_after = _nodes(before_all), _nodes(after_all)
     plan.taints_before, plan.taints_after = _node_taints(before_all), _node_taints(after_all)
+    plan.rollout_controller_after = _runs_rollout_controller(after_all)
     plan.files_before, plan.files_after = slurm_files(before_all), slurm_files(after_all)
     return plan
 
@@ -641,6 +650,13 @@ def _slurmd_finding(change: Change, plan: Plan) -> Finding:
     if change.op == "delete":
         summary = f"slurmd pool removed: {count}, pool `{pool}`"
         details = ["slurmd pods are deleted on every node of the pool: drain the nodes in Slurm first, or running jobs die"]
+    elif strategy == "OnDelete" and not plan.rollout_controller_after:
+        summary = f"slurmd pool roll: {count} to drain **by hand**, pool `{pool}` (no slurmd rollout controller)"
+        details = [
+            "the DaemonSet uses `updateStrategy: OnDelete` and this program builds no `SlurmdRolloutController` "
+            "(DualScheduledCluster does): no pod changes until someone drains each node in Slurm, deletes its slurmd "
+            "pod once its jobs have ended and resumes it (docs/upgrades.md)"
+        ]
     elif strategy == "OnDelete":
         summary = f"slurmd pool roll: {count} to drain, pool `{pool}`"
         details = [

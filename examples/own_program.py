@@ -9,7 +9,8 @@ dualsched schema; see examples/Pulumi.own-program.yaml). For a config it deploys
 - the node keeper (each pool's labels, which slurmd's nodeSelector matches, and taints: the Slurm taint
   keeps other pods off dedicated nodes);
 - slurmctld, and slurmdbd with its database when accounting is on (slurm.conf points at it then);
-- one slurmd DaemonSet per Slurm pool.
+- one slurmd DaemonSet per Slurm pool, and the slurmd rollout controller, which takes a changed slurmd
+  template to the nodes one drained node at a time (the DaemonSets update OnDelete: without it, nothing would).
 
 It refuses a config asking for what it does not build (model servers, job submission from
 Kubernetes) rather than ignore it. Render it, reading the config itself or given it:
@@ -37,6 +38,7 @@ from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
 from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from dualsched.components.slurm_files import kubernetes_site
+from dualsched.components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
 from dualsched.components.storage import SharedStorageVolumes, SharedStorageVolumesArgs, StorageConsumer
 from dualsched.components.tokens import JwtKey, JwtKeyArgs
 from dualsched.config import ConfigError, Problem, StackConfig, parse_stack_config
@@ -104,6 +106,12 @@ class TrainingCluster(pulumi.ComponentResource):
                     munge.secret_names[SLURM], users.config_map_names[SLURM], storage.claim_names[SLURM],
                 ),
                 opts=child(self, depends_on=[keeper]),  # slurmd schedules once its nodes carry the label
+            )
+        if config.slurm_pools:
+            SlurmdRolloutController(
+                f"{name}-slurmd-rollout",
+                SlurmdRolloutArgs(config, namespace, files.config_map_name, munge.secret_names[SLURM], users.config_map_names[SLURM]),
+                opts=child(self, depends_on=[files]),  # its client container mounts the Slurm files by their fixed name
             )
         self.controller_address = controller.address
         self.register_outputs({"controller_address": self.controller_address})

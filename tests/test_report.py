@@ -131,6 +131,21 @@ def test_a_new_user_restarts_the_pods_that_read_the_user_files(tmp_path):
     assert not compared.of(Impact.INFERENCE_ROLLOUT)
 
 
+def test_a_slurmd_roll_without_the_rollout_controller_says_the_nodes_are_drained_by_hand(tmp_path):
+    """A program that builds ComputePool without SlurmdRolloutController (its own composition) changes no slurmd
+    pod by itself: the report says so instead of promising a drain nobody runs."""
+    compare(tmp_path, "dev", _slurmd_image_edit)
+    for side in ("base", "head"):
+        _moved(tmp_path / side, lambda path, manifest: manifest["metadata"].get("labels", {}).get("app.kubernetes.io/name") != "slurmd-rollout")
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    [roll] = [f for f in _findings(plan) if f.impact is Impact.SLURMD_ROLL]
+    assert "to drain **by hand**" in roll.summary and "(no slurmd rollout controller)" in roll.summary
+    assert "builds no `SlurmdRolloutController`" in roll.details[0] and "the slurmd rollout controller drains" not in roll.details[0]
+    with_controller = compare(tmp_path / "again", "dev", _slurmd_image_edit)
+    [roll] = with_controller.of(Impact.SLURMD_ROLL)
+    assert "by hand" not in roll.summary and "the slurmd rollout controller drains each node" in roll.details[0]
+
+
 def test_slurmd_image_change_rolls_every_pool_with_its_node_count(tmp_path):
     compared = compare(tmp_path, "prod", lambda raw: raw["images"].update(slurmd=NEW_SLURMD))
     rolls = {finding.change.name.split("-slurmd-")[1].rsplit("-", 1)[0]: finding for finding in compared.of(Impact.SLURMD_ROLL)}
