@@ -66,9 +66,9 @@ def fleet_config(nodes: int, variant: str = "base") -> StackConfig:
                 gpus_per_node=GPUS_PER_NODE,
                 slurm_gpus=(4 if variant != "base" and index == POOLS - 1 else 6) if partitioned else None,
                 gpu_type="h100",
-                cpus=96 if partitioned else 192,
+                cpus=96 if partitioned else 188,
                 real_memory_mb=900_000 if partitioned else 1_900_000,
-                allocatable=NodeAllocatable(cpus=190, memory_mb=1_950_000) if partitioned else None,
+                allocatable=NodeAllocatable(cpus=191, memory_mb=1_950_000),
             )
         )
     partitions = [Partition(name="all", pools=tuple(p.name for p in pools), default=True, max_time="7-00:00:00")]

@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from dualsched.components.common import child, empty_dir, labels, locked_down, meta, mount
+from dualsched.config.models import MUNGED_CPUS, MUNGED_MEMORY_MB
 
 MUNGE_KEY_BYTES = 1024
 """munge's own key size (mungekey --bits 8192)."""
@@ -97,7 +98,7 @@ def munged_sidecar(image: str) -> k8s.core.v1.ContainerArgs:
     root may read and chmod what it owns without one. Only it mounts the key.
     Requests equal limits, so a Guaranteed slurmd pod stays Guaranteed.
     """
-    resources = {"cpu": "50m", "memory": "64Mi"}
+    resources = {"cpu": f"{round(MUNGED_CPUS * 1000)}m", "memory": f"{MUNGED_MEMORY_MB}Mi"}
     return k8s.core.v1.ContainerArgs(
         name="munged",
         image=image,

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterator, Optional
 from pydantic.alias_generators import to_camel
 
 from dualsched.config.models import (
+    MUNGED_CPUS,
+    MUNGED_MEMORY_MB,
     AccessMode,
     DatabaseMode,
     Environment,
@@ -268,21 +270,33 @@ def containers_fit_pools(config: StackConfig) -> Iterator[Problem]:
                     yield Problem(f"{path}.{field}", f"must not be, contain or lie inside {other_field} ({other})", directory)
 
 
-def partitioned_pools_split_cpus_and_memory(config: StackConfig) -> Iterator[Problem]:
-    """On a node both schedulers use, Slurm's share (cpus, realMemoryMb: slurmd's Guaranteed pod, there
-    at every hour) must leave the rest of the node's allocatable CPUs and memory to Kubernetes."""
+def slurmd_pods_fit_their_nodes(config: StackConfig) -> Iterator[Problem]:
+    """slurmd's Guaranteed pod (cpus, realMemoryMb, and its munged sidecar) and the node's other DaemonSets fit
+    in the node's allocatable CPUs and memory; on a node both schedulers use, Slurm's share must leave some to
+    Kubernetes too."""
     for index, pool in enumerate(config.pools):
-        if pool.mode not in (PoolMode.PARTITIONED, PoolMode.TIME_SHARED):
+        if not pool.runs_slurmd:
             continue
         if pool.allocatable is None:
-            yield Problem(f"pools[{index}].allocatable", f"a {pool.mode.value} pool must give its nodes' allocatable cpus and "
-                          "memoryMb, which Slurm's share is taken from", MISSING)
+            yield Problem(f"pools[{index}].allocatable", f"a {pool.mode.value} pool runs slurmd: give its nodes' allocatable cpus "
+                          "and memoryMb, in which slurmd's pod and the node's other DaemonSets must fit", MISSING)
             continue
-        for field, share, total in (("cpus", pool.cpus, pool.allocatable.cpus),
-                                    ("realMemoryMb", pool.real_memory_mb, pool.allocatable.memory_mb)):
-            if share >= total:
-                yield Problem(f"pools[{index}].{field}", f"Slurm's share leaves Kubernetes nothing of the node's allocatable {total}",
-                              share)
+        shared = pool.mode in (PoolMode.PARTITIONED, PoolMode.TIME_SHARED)
+        others = pool.other_daemon_sets
+        for field, share, munged, other, total in (
+            ("cpus", pool.cpus, MUNGED_CPUS, others.cpus, pool.allocatable.cpus),
+            ("realMemoryMb", pool.real_memory_mb, MUNGED_MEMORY_MB, others.memory_mb, pool.allocatable.memory_mb),
+        ):
+            needed = share + munged + other
+            if needed > total or (shared and needed >= total):
+                leaves = ", which leaves Kubernetes nothing" if needed <= total else ""
+                yield Problem(f"pools[{index}].{field}", f"slurmd's pod ({share} and {munged} for munged) and the node's other "
+                              f"DaemonSets ({other}) need {_amount(needed)} of the node's allocatable {total}{leaves}", share)
+
+
+def _amount(value: float) -> str:
+    """A sum of CPUs or MiB as a person writes it: 192.55, 1960064."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _kubernetes_share(pools: tuple[NodePool, ...]) -> dict[str, Optional[float]]:
@@ -719,7 +733,7 @@ CHECKS: tuple[Check, ...] = (
     inference_fits_on_pools,
     windows_match_modes,
     containers_fit_pools,
-    partitioned_pools_split_cpus_and_memory,
+    slurmd_pods_fit_their_nodes,
     inference_floors_fit,
     ha_needs_shared_state,
     accounting_has_database,

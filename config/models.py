@@ -253,13 +253,27 @@ class InferenceWindow(Model):
         return int(hours) * 60 + int(minutes)
 
 
+MUNGED_CPUS, MUNGED_MEMORY_MB = 0.05, 64
+"""The munged sidecar's requests (and limits) in every slurmd pod, counted where the pod must fit its node."""
+
+
 class NodeAllocatable(Model):
-    """What each node of a pool offers to pods: the kubelet's Allocatable (capacity minus system reserves)."""
+    """What each node of a pool offers to pods: the kubelet's Allocatable (capacity minus system reserves),
+    as `kubectl get node <name> -o jsonpath='{.status.allocatable}'` shows it (round CPUs and MiB down)."""
 
     cpus: int = Field(ge=1, le=4096)
     """Allocatable CPUs per node."""
     memory_mb: int = Field(ge=1, le=2**31)
     """Allocatable memory per node, in MiB."""
+
+
+class DaemonSetRequests(Model):
+    """What the node's other DaemonSets request together (CNI, kube-proxy, the GPU device plugin, exporters)."""
+
+    cpus: float = Field(0.5, ge=0, le=4096)
+    """CPUs (0.5 is 500m)."""
+    memory_mb: int = Field(1024, ge=0, le=2**31)
+    """Memory, in MiB."""
 
 
 class ContainerRuntime(str, Enum):
@@ -316,8 +330,12 @@ class NodePool(Model):
     taints: Optional[tuple[Taint, ...]] = Field(None, max_length=MAX_ITEMS)
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
     allocatable: Optional[NodeAllocatable] = None
-    """Each node's allocatable CPUs and memory. Required in partitioned and time-shared mode, where
-    Slurm's share (cpus, realMemoryMb) comes out of it and the rest is the Kubernetes share."""
+    """Each node's allocatable CPUs and memory. Required where slurmd runs: its Guaranteed pod (cpus,
+    realMemoryMb), its munged sidecar and the node's other DaemonSets must fit in it; in partitioned and
+    time-shared mode the rest is the Kubernetes share."""
+    other_daemon_sets: DaemonSetRequests = DaemonSetRequests()
+    """What the node's other DaemonSets request, which must fit beside slurmd: a pod that does not fit is
+    never scheduled, and the node never joins Slurm."""
     inference_window: Optional[InferenceWindow] = None
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
     containers: Optional[PoolContainers] = None

@@ -387,12 +387,22 @@ class Taint(TypedDict):
 
 
 class NodeAllocatable(TypedDict):
-    """What each node of a pool offers to pods: the kubelet's Allocatable (capacity minus system reserves)."""
+    """What each node of a pool offers to pods: the kubelet's Allocatable (capacity minus system reserves),
+    as `kubectl get node <name> -o jsonpath='{.status.allocatable}'` shows it (round CPUs and MiB down)."""
 
     cpus: pulumi.Input[int]
     """Allocatable CPUs per node."""
     memory_mb: pulumi.Input[int]
     """Allocatable memory per node, in MiB."""
+
+
+class DaemonSetRequests(TypedDict):
+    """What the node's other DaemonSets request together (CNI, kube-proxy, the GPU device plugin, exporters)."""
+
+    cpus: NotRequired[pulumi.Input[float]]
+    """CPUs (0.5 is 500m)."""
+    memory_mb: NotRequired[pulumi.Input[int]]
+    """Memory, in MiB."""
 
 
 class InferenceWindow(TypedDict):
@@ -444,8 +454,12 @@ class NodePool(TypedDict):
     taints: NotRequired[pulumi.Input[list[Taint]]]
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
     allocatable: NotRequired[pulumi.Input[NodeAllocatable]]
-    """Each node's allocatable CPUs and memory. Required in partitioned and time-shared mode, where
-Slurm's share (cpus, realMemoryMb) comes out of it and the rest is the Kubernetes share."""
+    """Each node's allocatable CPUs and memory. Required where slurmd runs: its Guaranteed pod (cpus,
+realMemoryMb), its munged sidecar and the node's other DaemonSets must fit in it; in partitioned and
+time-shared mode the rest is the Kubernetes share."""
+    other_daemon_sets: NotRequired[pulumi.Input[DaemonSetRequests]]
+    """What the node's other DaemonSets request, which must fit beside slurmd: a pod that does not fit is
+never scheduled, and the node never joins Slurm."""
     inference_window: NotRequired[pulumi.Input[InferenceWindow]]
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
     containers: NotRequired[pulumi.Input[PoolContainers]]

@@ -267,7 +267,8 @@ def test_every_container_of_a_slurmd_pod_is_guaranteed(stack):
 
 def _with_cpu_pool(raw):
     raw["pools"].append(
-        {"name": "cpu", "nodes": "cpu-[1-2]", "mode": "dedicated", "gpusPerNode": 0, "cpus": 16, "realMemoryMb": 64000}
+        {"name": "cpu", "nodes": "cpu-[1-2]", "mode": "dedicated", "gpusPerNode": 0, "cpus": 16, "realMemoryMb": 64000,
+         "allocatable": {"cpus": 31, "memoryMb": 120000}}
     )
 
 

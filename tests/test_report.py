@@ -241,7 +241,7 @@ def test_a_mode_switch_says_what_it_does_to_running_jobs_and_pods(tmp_path, mode
             raw["pools"].append({"name": "serve", "nodes": "inf-[01-02]", "mode": "kubernetes", "gpusPerNode": 4})
         if mode == "kubernetes":
             raw["slurm"]["partitions"][0]["pools"] = ["slurm-only"]
-            raw["pools"].append({"name": "slurm-only", "nodes": "hpc-[01-02]"})
+            raw["pools"].append({"name": "slurm-only", "nodes": "hpc-[01-02]", "allocatable": {"cpus": 126, "memoryMb": 500000}})
 
     compared = compare(tmp_path, "dev", switch)
     [change] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-001"]]

@@ -272,7 +272,7 @@ def test_pool_with_node_addresses_is_not_a_cloud_pool(prod_config):
     slurm_conf = render(prod_config, node_addresses={"h100-b": "10.0.1.[1-32]"})["slurm.conf"]
     node_lines = {line.split()[0]: line for line in lines(slurm_conf, "NodeName")}
     assert node_lines["NodeName=gpu-b-[001-032]"] == (
-        "NodeName=gpu-b-[001-032] NodeAddr=10.0.1.[1-32] CPUs=192 RealMemory=1900000 MemSpecLimit=1024 "
+        "NodeName=gpu-b-[001-032] NodeAddr=10.0.1.[1-32] CPUs=188 RealMemory=1900000 MemSpecLimit=1024 "
         "Gres=gpu:h100:8 Features=h100-b State=UNKNOWN"
     )
     assert node_lines["NodeName=gpu-a-[001-032]"].endswith(" State=CLOUD")

@@ -388,7 +388,7 @@ def test_new_partition_is_applied(world: World, new_partition):
 def dedicated(world: World, dev: Deployed, new_partition) -> Deployed:
     raw = json.loads(json.dumps(new_partition[0]))
     raw["pools"].append({"name": "dedicated", "nodes": "gpu-[003-004]", "mode": "dedicated", "gpusPerNode": 8,
-                         "cpus": 32, "realMemoryMb": 128000})
+                         "cpus": 32, "realMemoryMb": 128000, "allocatable": {"cpus": 62, "memoryMb": 250000}})
     raw["slurm"]["partitions"].append({"name": "train", "pools": ["dedicated"]})
     # 4 one-GPU replicas: exactly the 2 + 2 GPUs Slurm leaves to Kubernetes on gpu-001/002, while
     # gpu-003/004 have 16 free GPUs. Only placement keeps the replicas off the dedicated nodes.

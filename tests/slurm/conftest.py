@@ -39,9 +39,11 @@ LOCAL_STACK: dict[str, Any] = {
             "gpuType": "sim",
             "cpus": min(2, os.cpu_count() or 1),
             "realMemoryMb": 3000,
+            "allocatable": {"cpus": 4, "memoryMb": 8192},
         },
         # A pool without GPUs and without slurmd: a partition whose nodes are all down.
-        {"name": "cpu", "nodes": "cpu-[1-3]", "gpusPerNode": 0, "cpus": 2, "realMemoryMb": 3000},
+        {"name": "cpu", "nodes": "cpu-[1-3]", "gpusPerNode": 0, "cpus": 2, "realMemoryMb": 3000,
+         "allocatable": {"cpus": 4, "memoryMb": 8192}},
     ],
     "storage": {"type": "nfs", "nfs": {"server": "nfs.local", "path": "/export/shared"}},
     "network": {"nodeCidrs": ["127.0.0.0/8"]},  # NetworkPolicies are not rendered here; the field is required
