@@ -152,6 +152,25 @@ def node_reader_token_volume() -> k8s.core.v1.VolumeArgs:
     )
 
 
+def own_state_directory(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
+    """The state directory SlurmUser's, only it (0700): slurmctld stops at start on a directory it cannot
+    write ("Incorrect permissions on state save loc"). The pod's fsGroup does that on volumes whose CSI
+    driver applies it, but the default fsGroupPolicy skips ReadWriteMany volumes (the HA claim), and some
+    drivers (HPE's Lustre) apply none. Root with CHOWN and FOWNER, on the directory alone: what is in it
+    is already slurmctld's."""
+    directory = site.state_save_location
+    return k8s.core.v1.ContainerArgs(
+        name="state-owner",
+        image=image,
+        command=["sh", "-c", f"chown {SLURM_UID}:{SLURM_UID} {directory} && chmod 0700 {directory}"],
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "10m", "memory": "16Mi"}, limits={"cpu": "100m", "memory": "32Mi"}
+        ),
+        volume_mounts=[mount("state", directory)],
+        security_context=locked_down(add_capabilities=("CHOWN", "FOWNER")),
+    )
+
+
 def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
     """With no saved state, slurmctld exits unless slurmdbd answers ("no TRES from the database"): on
     a fresh cluster, wait for it here instead of crash-looping. With saved state slurmctld starts
@@ -302,6 +321,7 @@ class SlurmController(pulumi.ComponentResource):
             **control_daemon_placement(config, spread=labels(CONTROLLER_SERVICE, config.slurm.cluster_name) if config.slurm.controller.ha else None),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
             init_containers=[
+                own_state_directory(config.images.slurmctld, site),
                 munged_sidecar(config.images.slurmd),
                 *([wait_for_accounting(config.images.slurmctld, site)] if config.slurm.accounting.enabled else []),
             ],

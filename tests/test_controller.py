@@ -391,7 +391,7 @@ def test_control_daemons_prefer_nodes_outside_the_gpu_pools(stack):
 def test_a_fresh_controller_waits_for_slurmdbd_instead_of_crash_looping(tmp_path):
     rendered = render_stack("dev")
     init = {c["name"]: c for c in pod_spec(_statefulset(rendered))["initContainers"]}
-    assert list(init) == ["munged", "wait-for-accounting"]
+    assert list(init) == ["state-owner", "munged", "wait-for-accounting"]
     wait = init["wait-for-accounting"]
     script = wait["command"][2]
     assert wait["command"][:2] == ["sh", "-c"] and "sacctmgr" in script
@@ -418,6 +418,21 @@ def test_a_fresh_controller_waits_for_slurmdbd_instead_of_crash_looping(tmp_path
     assert waiting.wait(timeout=10) == 0
 
 
+def test_the_state_directory_is_given_to_slurm_user_first_whatever_the_volumes_fs_group_policy():
+    """fsGroup is skipped for ReadWriteMany volumes by the default CSIDriver policy (prod's HA claim), and some
+    drivers apply none: root, with CHOWN and FOWNER only, gives the directory itself (not what is in it) to
+    SlurmUser before anything else starts."""
+    rendered = render_stack("prod")
+    first = pod_spec(_statefulset(rendered))["initContainers"][0]
+    assert first["name"] == "state-owner"
+    assert first["command"] == ["sh", "-c", f"chown {SLURM_UID}:{SLURM_UID} /var/spool/slurmctld && chmod 0700 /var/spool/slurmctld"]
+    assert "-R" not in first["command"][2]
+    assert set(mounts(first)) == {"/var/spool/slurmctld"}
+    context = first["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]} and "runAsUser" not in context
+    assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
+
+
 def test_without_accounting_the_controller_waits_for_nothing():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"].update(accounting={"enabled": False})))
-    assert [c["name"] for c in pod_spec(_statefulset(rendered))["initContainers"]] == ["munged"]
+    assert [c["name"] for c in pod_spec(_statefulset(rendered))["initContainers"]] == ["state-owner", "munged"]

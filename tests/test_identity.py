@@ -166,7 +166,7 @@ def test_every_slurm_pod_mounts_passwd_and_group_from_its_namespace(stack):
         spec = pod_spec(workload)
         slurm_containers = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] != "munged"]
         for item in slurm_containers:
-            if item["name"] in ("slurmdbd-conf", "exporter", "cordon-watch"):  # write or serve files only: resolve nobody
+            if item["name"] in ("slurmdbd-conf", "exporter", "cordon-watch", "state-owner"):  # write or serve files only: resolve nobody
                 continue
             found = mounts(item)
             assert found["/etc/passwd"] == {"name": "identity", "mountPath": "/etc/passwd", "subPath": "users", "readOnly": True}, (

@@ -66,6 +66,9 @@ ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
         "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE",
         "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
     },
+    ("StatefulSet", "slurmctld", "state-owner"): {
+        "non-root": "gives the state directory to SlurmUser (chown, chmod: CHOWN and FOWNER only) where no fsGroup is applied",
+    },
     ("Deployment", "*-login-*", "login"): {
         "non-root": "sshd becomes the user who logs in; it keeps only the capabilities for that (components/login.py)",
     },

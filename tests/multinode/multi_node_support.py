@@ -58,3 +58,11 @@ def held(name: str) -> str:
 
 def release(nodes: Nodes, name: str) -> None:
     Path(nodes.world.shared, f".release-{name}").touch()
+
+
+def controller_state(nodes: Nodes) -> Path:
+    """slurmctld's StateSaveLocation as this machine sees it: the host directory of the claim's volume
+    (tools/cluster.sh's volumes, one directory every node sees, made root's with mode 0777)."""
+    [claim] = [c for c in nodes.world.kget("pvc", "-n", SLURM_NS)["items"] if "-slurmctld-state-" in c["metadata"]["name"]]
+    volume = nodes.world.kget("pv", claim["spec"]["volumeName"])
+    return Path(volume["spec"]["hostPath"]["path"])

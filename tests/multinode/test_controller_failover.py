@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 
 from e2e_support import TIMINGS
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, all_ready, wait_until
 
-from .multi_node_support import DEDICATED, Nodes, completed, held, release
+from .multi_node_support import DEDICATED, Nodes, completed, controller_state, held, release
 
 pytestmark = pytest.mark.multinode
 
@@ -49,14 +48,6 @@ def backup_log(nodes: Nodes) -> str:
     """The end of slurmctld-1's log, for a failure message."""
     result = nodes.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-1", "-c", "slurmctld", "--tail=15", check=False)
     return (result.stdout + result.stderr).strip()
-
-
-def controller_state(nodes: Nodes) -> Path:
-    """slurmctld's StateSaveLocation as this machine sees it: the host directory of the claim's volume
-    (tools/cluster.sh's volumes, one directory every node sees)."""
-    [claim] = [c for c in nodes.world.kget("pvc", "-n", SLURM_NS)["items"] if "-slurmctld-state-" in c["metadata"]["name"]]
-    volume = nodes.world.kget("pv", claim["spec"]["volumeName"])
-    return Path(volume["spec"]["hostPath"]["path"])
 
 
 def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes_back_with_every_job(nodes):

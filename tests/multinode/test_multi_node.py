@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from dualsched.components.identity import SLURM_UID
 from dualsched.components.nodepools import GUARDED_POOL_LABEL
 from node_support import JOB_USER_UID
 from test_real_node import INFERENCE_NS, SLURM_NS, wait_until
 
-from .multi_node_support import BRIDGE_ADDRESSES, CONTAINER_NODES, DEDICATED, NODE_ADDRESSES, NODES, PARTITIONED, TWO_NODES, completed
+from .multi_node_support import (
+    BRIDGE_ADDRESSES, CONTAINER_NODES, DEDICATED, NODE_ADDRESSES, NODES, PARTITIONED, TWO_NODES, completed, controller_state,
+)
 
 pytestmark = pytest.mark.multinode
 
@@ -66,6 +69,16 @@ def test_a_kubelet_cannot_label_its_own_node_into_a_pool(nodes):
     for pod in nodes.slurmd_pods():
         labels = world.kget("node", pod["spec"]["nodeName"])["metadata"]["labels"]
         assert labels[GUARDED_POOL_LABEL] == labels["dualsched.io/pool"], labels  # the keeper's, on every node
+
+
+def test_the_controllers_state_directory_is_slurm_users_alone_on_a_volume_made_roots(nodes):
+    """A hostPath volume gets no fsGroup, like a ReadWriteMany CSI volume under the default policy: the
+    state-owner init container gave the directory to SlurmUser, and both controllers run on it."""
+    state = controller_state(nodes).stat()
+    assert (state.st_uid, state.st_gid, oct(state.st_mode & 0o7777)) == (SLURM_UID, SLURM_UID, "0o700")
+    saved = controller_state(nodes) / "node_state"
+    wait_until("slurmctld's node state saved", saved.exists, timeout=60)
+    assert saved.stat().st_uid == SLURM_UID
 
 
 def test_host_network_pods_have_their_own_nodes_address_and_host_name(nodes):
