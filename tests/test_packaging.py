@@ -24,7 +24,7 @@ SOURCES = {"dualsched": "dualsched", "components": "dualsched/components", "conf
 def wheel(tmp_path_factory) -> Iterator[zipfile.ZipFile]:
     """A wheel built by pip, from a copy of the sources: a build leaves build/ and *.egg-info behind it."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for folder in SOURCES:
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -54,6 +54,14 @@ def test_the_wheel_installs_one_top_level_name(wheel):
     """No generic `config` or `components` in site-packages to collide with a project's own."""
     top = {name.split("/")[0] for name in wheel_files(wheel)}
     assert {name for name in top if not name.endswith(".dist-info")} == {"dualsched"}
+
+
+def test_the_wheel_carries_its_license_and_says_which(wheel):
+    [metadata] = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+    fields = Parser().parsestr(wheel.read(metadata).decode())
+    assert fields["License-Expression"] == "Apache-2.0"
+    [license_file] = [name for name in wheel.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file).decode() == (ROOT / "LICENSE").read_text()
 
 
 @pytest.mark.parametrize("package", ["dualsched/components", "dualsched/config"])
