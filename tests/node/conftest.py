@@ -14,26 +14,10 @@ tool or a node that does not start is a FAILURE with the command that fixes it, 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from node_support import NodeWorld, node_world_running, one_node_config  # (puts tests/e2e on the path)
 from e2e_support import TIMINGS
-
-
-LAST_MODULE = "test_newer_slurm_node"
-"""It replaces the local stack with a stack of its own on another Slurm release: last, so that no module
-after it redeploys the local stack and nothing removes its stack but the world's end."""
-
-
-def pytest_collection_modifyitems(items):
-    """This tier's items with LAST_MODULE's after the others, in the places they were collected in."""
-    here = Path(__file__).parent
-    slots = [k for k, item in enumerate(items) if item.path.parent == here]
-    ordered = sorted((items[k] for k in slots), key=lambda item: item.path.stem == LAST_MODULE)
-    for k, item in zip(slots, ordered):
-        items[k] = item
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ The slurm image comes from Debian forky's packages (``DUALSCHED_SLURM_SUITE=fork
 runs on 22.05, with ``slurm.release: "26.05"``. The stack is its own (a fresh controller state and
 database: Slurm upgrades state by at most two releases, never from 22.05). It uses the local stack's
 namespaces and names, so the local stack an earlier module left is removed first (two stacks never own
-the same objects, and the local stack's state never lists objects that are gone). The tier runs this
-module last (conftest.py): its stack goes with the world at the tier's end.
+the same objects, and the local stack's state never lists objects that are gone), and this one is
+removed at the end, namespaces included: the modules after this one deploy the 22.05 stack afresh.
 
 What this does not prove: SchedMD's own images (Slinky's ``slurm*:25.11-ubuntu24.04``, not pullable
 here) with their other paths and accounts; docs/real-node.md lists what differs.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 
@@ -72,18 +72,21 @@ def remove_stack(world: NodeWorld, stack: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def newer(node_world: NodeWorld) -> Cluster:
+def newer(node_world: NodeWorld) -> Iterator[Cluster]:
     import_newer_image(node_world)
     remove_stack(node_world, LOCAL_STACK)
     stack = node_world.stack(STACK, newer_config(node_world))
     from pulumi import automation as auto
 
     stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps([JOB])))
-    start = time.monotonic()
-    result = stack.up(on_output=lambda _: None, color="never")
-    TIMINGS.append((f"pulumi up of the local stack on Slurm {RELEASE}", time.monotonic() - start))
-    assert result.summary.result == "succeeded", tail(result.stdout)
-    return Cluster(node_world)
+    try:
+        start = time.monotonic()
+        result = stack.up(on_output=lambda _: None, color="never")
+        TIMINGS.append((f"pulumi up of the local stack on Slurm {RELEASE}", time.monotonic() - start))
+        assert result.summary.result == "succeeded", tail(result.stdout)
+        yield Cluster(node_world)
+    finally:
+        remove_stack(node_world, STACK)
 
 
 def test_every_pod_runs_and_the_slurm_daemons_are_the_newer_release(newer):
