@@ -54,6 +54,7 @@ def client_pod() -> dict:
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": CLIENT, "namespace": CLIENTS_NS},
         "spec": {
             "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
             "tolerations": [{"operator": "Exists"}],
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
