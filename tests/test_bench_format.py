@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -151,3 +152,29 @@ def test_recorded_engine_results_still_render():
     rows = json.loads((ROOT / "bench" / "engine-results.json").read_text())
     assert {"program", "nodes", "op", *engine.COLUMNS} <= set(rows[0])
     assert engine.table(rows).count("\n") >= 2
+
+
+def _recorded_rows(text: str) -> list[dict[str, int]]:
+    """The structural columns of a recorded `make bench` table: what the code deploys, not how fast."""
+    row = re.compile(r"^\| ([\d,]+) \([\d,]+\) \| ([\d,]+) \(([\d,]+)\) \|.*\| ([\d,]+) B, (\d+) lines \|", re.M)
+    return [dict(zip(("nodes", "resources", "k8s_objects", "conf_bytes", "conf_lines"), (int(v.replace(",", "")) for v in m.groups())))
+            for m in row.finditer(text)]  # fmt: skip
+
+
+def test_the_recorded_benchmark_table_matches_what_the_code_deploys():
+    """bench/RESULTS.md (and its copy in the README) count the resources and slurm.conf that the code of the
+    commit deploys: a change that adds a resource or a line has `make bench` record the table again."""
+    from bench.bench import _kubernetes_and_random, slurm_files_stats, worker
+
+    recorded = _recorded_rows((ROOT / "bench" / "RESULTS.md").read_text())
+    assert [r["nodes"] for r in recorded] == [256, 1024, 4096], recorded
+    assert _recorded_rows((ROOT / "README.md").read_text()) == recorded, "the README's table is not bench/RESULTS.md's"
+    for row in recorded:
+        types = worker("library", row["nodes"])["types"]
+        conf = slurm_files_stats(row["nodes"], runs=1)
+        measured = {
+            "nodes": row["nodes"], "resources": sum(types.values()),
+            "k8s_objects": sum(n for t, n in _kubernetes_and_random(types).items() if t.startswith("kubernetes:")),
+            "conf_bytes": conf["conf_bytes"], "conf_lines": conf["conf_lines"],
+        }  # fmt: skip
+        assert measured == row, f"bench/RESULTS.md is stale (run `make bench`, copy its table to the README): {row} != {measured}"
