@@ -176,10 +176,10 @@ def test_controller_pod_is_ready(world: World, dev: Deployed):
     pod = world.kget("pod", "slurmctld-0", "-n", dev.config.slurm.namespace)
     assert ready(pod)
     statuses = pod["status"]["containerStatuses"] + pod["status"].get("initContainerStatuses", [])
-    # munged: native sidecar; reconfigure: applies slurm.conf changes without a restart;
-    # wait-for-accounting: an init container that has run to completion (ready, as a kubelet reports it)
+    # munged: native sidecar; reconfigure: applies slurm.conf changes without a restart; state-owner and
+    # wait-for-accounting: init containers that have run to completion (ready, as a kubelet reports it)
     assert {s["name"]: s["ready"] for s in statuses} == {
-        "slurmctld": True, "munged": True, "reconfigure": True, "wait-for-accounting": True
+        "slurmctld": True, "munged": True, "reconfigure": True, "state-owner": True, "wait-for-accounting": True
     }
     waited = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "wait-for-accounting")
     assert waited["state"]["terminated"]["exitCode"] == 0

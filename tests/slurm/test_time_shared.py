@@ -41,8 +41,9 @@ def time_shared(raw: dict[str, Any], start: datetime.datetime, minutes: int) -> 
     changed = copy.deepcopy(raw)
     pool = changed["pools"][0]
     pool.update(mode="time-shared", inferenceWindow={"start": start.strftime("%H:%M"), "durationMinutes": minutes})
-    # a time-shared pool says what its nodes give pods (the inference window's share)
-    pool["allocatable"] = {"cpus": pool["cpus"] + 1, "memoryMb": pool["realMemoryMb"] + 1000}
+    # a time-shared pool says what its nodes give pods: slurmd's pod and the node's other DaemonSets fit,
+    # and some is left to Kubernetes (the inference window's share)
+    pool["allocatable"] = {"cpus": pool["cpus"] + 1, "memoryMb": pool["realMemoryMb"] + 2000}
     return changed
 
 
