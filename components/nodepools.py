@@ -33,4 +33,5 @@ def pool_labels(config: StackConfig, pool: NodePool) -> dict[str, str]:
 def slurmd_node_selector(config: StackConfig, pool: NodePool) -> dict[str, str]:
     """The nodes of ``pool`` that the node keeper labelled: the guarded label, which only it can have set, and the
     stack's own pool label (another stack's pool of the same name has the same guarded label)."""
-    return {config.placement.pool_label: pool.name, GUARDED_POOL_LABEL: pool.name}
+    labels = pool_labels(config, pool)
+    return {key: labels[key] for key in (config.placement.pool_label, GUARDED_POOL_LABEL)}
