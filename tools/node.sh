@@ -21,10 +21,13 @@
 #                          own (see "Namespaced nodes" below; `make up` runs 3). Unset: one node,
 #                          DUALSCHED_NODE_NAME (default gpu-real-1), that is this machine itself.
 #
-# One node, or one set of namespaced nodes, per machine: the host node's kubelet device-plugin
-# directory (/var/lib/kubelet/device-plugins), bridge and DNS address are the machine's, and the
-# namespaced nodes' link bridge and addresses are fixed. `up` refuses while another cluster dir's
-# nodes run (see /run/dualsched-node/owner).
+# One host node and one set of namespaced nodes per machine, side by side: the host node's kubelet
+# directory (/var/lib/kubelet), bridge, pod range 10.244.0.0/24, DNS address and /dev/nvidiaK are the
+# machine's; the namespaced nodes' link bridge, addresses and pod ranges 10.244.K.0/24 (K >= 1) are fixed.
+# Neither kind touches the other's (their daemons, iptables rules and ipsets, mounts and cgroups live
+# in the root namespace or in the nodes' own, never both), so the real-node and multi-node test tiers
+# run at once. `up` refuses while another cluster dir's nodes of the same kind run (see
+# /run/dualsched-node/host-node and /run/dualsched-node/namespaced-nodes).
 #
 # Namespaced nodes: node K has a network namespace (address 10.250.0.(10+K) on the link bridge
 # dsnodes, whose root-side address 10.250.0.1 reaches the API server; its pods on 10.244.K.0/24,
@@ -251,7 +254,7 @@ link_setup() {
   # the nodes' traffic crosses the root namespace's FORWARD chain (bridged and routed)
   local rule; for rule in "-i $LINK_BRIDGE" "-o $LINK_BRIDGE"; do
     # shellcheck disable=SC2086
-    iptables -C FORWARD $rule -j ACCEPT 2>/dev/null || iptables -I FORWARD $rule -j ACCEPT
+    iptables -w -C FORWARD $rule -j ACCEPT 2>/dev/null || iptables -w -I FORWARD $rule -j ACCEPT
   done
 }
 
@@ -259,7 +262,7 @@ link_teardown() {
   ip link delete "$LINK_BRIDGE" 2>/dev/null || true
   local rule; for rule in "-i $LINK_BRIDGE" "-o $LINK_BRIDGE"; do
     # shellcheck disable=SC2086
-    iptables -D FORWARD $rule -j ACCEPT 2>/dev/null || true
+    iptables -w -D FORWARD $rule -j ACCEPT 2>/dev/null || true
   done
 }
 
@@ -466,27 +469,45 @@ gpu_device_files() {
 }
 no_nvidia_driver() { [ ! -e /proc/driver/nvidia ]; }
 
-# nodes_running CLUSTER_DIR: a kubelet of that cluster's host node or namespaced nodes is alive
+# The kinds of node: host (this machine itself) and namespaced (gpu-real-1..N); one of each per machine.
+owner_file() { if [ "$1" = host ]; then echo "$OWNER_DIR/host-node"; else echo "$OWNER_DIR/namespaced-nodes"; fi; }
+owner_of() { cat "$(owner_file "$1")" 2>/dev/null || true; }
+node_dirs_of() { # node_dirs_of CLUSTER_DIR KIND: where that cluster's nodes of that kind keep their pids
+  if [ "$2" = host ]; then echo "$1/node"; else echo "$1"/nodes/gpu-real-*; fi
+}
+
+# nodes_running CLUSTER_DIR KIND: a kubelet of that cluster's nodes of that kind is alive
 nodes_running() {
-  local f; for f in "$1"/node/pids/kubelet.pid "$1"/nodes/*/pids/kubelet.pid; do
-    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+  local d; for d in $(node_dirs_of "$1" "$2"); do
+    [ -f "$d/pids/kubelet.pid" ] && kill -0 "$(cat "$d/pids/kubelet.pid")" 2>/dev/null && return 0
   done
   return 1
 }
 
+# claim_machine KIND: this cluster dir's nodes of that kind are the machine's; another's, stopped, are cleaned up
 claim_machine() {
+  local kind=$1 other; other=$(owner_of "$kind")
   mkdir -p "$OWNER_DIR"
-  if [ -f "$OWNER_DIR/owner" ] && [ "$(cat "$OWNER_DIR/owner")" != "$CLUSTER_DIR" ]; then
-    local other; other=$(cat "$OWNER_DIR/owner")
-    if nodes_running "$other"; then
-      die "real nodes of $other already run on this machine (one set per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
+  if [ -n "$other" ] && [ "$other" != "$CLUSTER_DIR" ]; then
+    if nodes_running "$other" "$kind"; then
+      die "$kind real nodes of $other already run on this machine (one set of each kind per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
     fi
     # its processes are gone (killed, machine restarted) but its mounts, network and cgroups may not be
-    log "cleaning up after the stopped node of $other"
+    log "cleaning up after the stopped $kind nodes of $other"
     DUALSCHED_CLUSTER_DIR="$other" "$HERE/node.sh" down
   fi
-  echo "$CLUSTER_DIR" >"$OWNER_DIR/owner"
+  echo "$CLUSTER_DIR" >"$(owner_file "$kind")"
 }
+
+# refuse_foreign KIND: what down removes of that kind is the machine's (kubelet dir, bridges, cgroups,
+# /dev/nvidiaK): never under another cluster dir's running nodes
+refuse_foreign() {
+  local owner; owner=$(owner_of "$1")
+  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && nodes_running "$owner" "$1"; then
+    die "the $1 nodes running on this machine are $owner's, not $CLUSTER_DIR's: not touching them"
+  fi
+}
+release_machine() { [ "$(owner_of "$1")" != "$CLUSTER_DIR" ] || rm -f "$(owner_file "$1")"; }
 
 cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "a real node needs root (containerd, network namespaces, cgroups)"
@@ -494,13 +515,14 @@ cmd_up() {
   no_nvidia_driver || die "NVIDIA's driver is loaded here (/proc/driver/nvidia): the GPU double's /dev/nvidiaK would stand in for real GPUs"
   [ -z "$NODES" ] || [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "DUALSCHED_NODES must be a number of nodes, 1 to 99 (got $NODES)"
   install_debs
-  claim_machine
   if [ -z "$NODES" ]; then
+    claim_machine host
     use_host_node
     node_up
     return
   fi
   [ ! -d "$CLUSTER_DIR/node" ] || die "this cluster already has a host node ($CLUSTER_DIR/node): tools/node.sh down first"
+  claim_machine namespaced
   link_setup
   local k; for k in $(seq 1 "$NODES"); do
     use_namespaced_node "$k"
@@ -548,12 +570,9 @@ namespaced_nodes() {
 }
 
 cmd_down() {
-  # what down removes is the machine's (kubelet dir, bridges, cgroups, /dev/nvidiaK): never under another running node
-  local owner; owner=$(cat "$OWNER_DIR/owner" 2>/dev/null || true)
-  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && nodes_running "$owner"; then
-    die "the nodes running on this machine are $owner's, not $CLUSTER_DIR's: not touching them"
-  fi
   local k found=""
+  [ -z "$(namespaced_nodes)" ] || refuse_foreign namespaced
+  [ ! -d "$CLUSTER_DIR/node" ] || refuse_foreign host
   for k in $(namespaced_nodes); do
     NODES=$k; use_namespaced_node "$k"; node_down; found=1
   done
@@ -561,7 +580,7 @@ cmd_down() {
   NODES=""; DIR="$CLUSTER_DIR/node"
   if [ -d "$DIR" ]; then node_down; found=1; fi
   [ -n "$found" ] || log "no node in $CLUSTER_DIR"
-  [ "$(cat "$OWNER_DIR/owner" 2>/dev/null)" != "$CLUSTER_DIR" ] || rm -f "$OWNER_DIR/owner"
+  release_machine namespaced; release_machine host
 }
 
 node_down() {
@@ -590,7 +609,7 @@ node_down() {
     iptables-save -t "$table" 2>/dev/null | python3 -c '
 import re, sys
 ours = re.compile(r"(^:|-j |-A )(KUBE-|CNI-)")
-sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptables-restore -T "$table" 2>/dev/null || true
+sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptables-restore -w -T "$table" 2>/dev/null || true
   done
   # kube-router's ipsets (KUBE-SRC-/KUBE-DST-..., kube-router-...), unreferenced now that its chains are gone
   local name; for name in $(ipset list -n 2>/dev/null); do

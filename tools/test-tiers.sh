@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# make test: every tier, in two lanes at once, so that the tiers' waits (Slurm jobs, rollouts, a failover)
-# overlap instead of adding up.
-#   lane 1, in this terminal: the real multi-node tier, then the one-node real tier. Real nodes are one set
-#     per machine (tools/node.sh), so these two run one after the other.
-#   lane 2, beside it: the unit, real-Slurm and e2e tiers. Nothing of lane 1 is theirs: the Slurm tier's
-#     daemons listen on 127.0.0.1 ports of their own under a temporary directory, the e2e tier's control
-#     plane has free ports, its own directory and KWOK nodes. Logged to build/test-beside.log, shown whole
-#     when both lanes have ended (two pytest outputs interleaved would be unreadable).
+# make test: every tier, in two lanes at once, so that the tiers' waits (Slurm jobs, rollouts, a failover,
+# an inference window) overlap instead of adding up.
+#   lane 1, in this terminal: the one-node real tier, the longest (a control plane and this machine as its
+#     node).
+#   lane 2, beside it: the real multi-node tier, then the unit, real-Slurm and e2e tiers. Nothing of lane 1
+#     is theirs: the multi-node tier's nodes are namespaced ones with a link bridge, addresses, pod ranges,
+#     mounts and cgroups of their own (tools/node.sh: one host node and one set of namespaced nodes per
+#     machine, side by side); the Slurm tier's daemons listen on 127.0.0.1 ports of their own under a
+#     temporary directory; each tier's control plane has free ports and its own directory (the e2e tier's
+#     KWOK nodes too). Logged to build/test-beside.log, shown whole when both lanes have ended (two pytest
+#     outputs interleaved would be unreadable).
 # Every tier runs even when another fails; the exit status is non-zero when any tier failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,20 +21,20 @@ LOG=build/test-beside.log
 mkdir -p build
 started=$(date +%s)
 
-"${TIER[@]}" test-unit test-slurm test-e2e >"$LOG" 2>&1 &
+"${TIER[@]}" test-multinode test-unit test-slurm test-e2e >"$LOG" 2>&1 &
 beside=$!
 trap 'kill "$beside" 2>/dev/null' INT TERM
-echo "[test] the unit, real-Slurm and e2e tiers run beside the real-node tiers (log: $LOG)"
+echo "[test] the multi-node, unit, real-Slurm and e2e tiers run beside the one-node real tier (log: $LOG)"
 
-"${TIER[@]}" test-multinode test-node
-nodes=$?
-if kill -0 "$beside" 2>/dev/null; then echo "[test] real-node tiers done; waiting for the tiers beside them"; fi
+"${TIER[@]}" test-node
+node=$?
+if kill -0 "$beside" 2>/dev/null; then echo "[test] one-node real tier done; waiting for the tiers beside it"; fi
 wait "$beside"
 others=$?
 
-echo "=============================== the unit, real-Slurm and e2e tiers (ran beside; $LOG)"
+echo "=============================== the multi-node, unit, real-Slurm and e2e tiers (ran beside; $LOG)"
 cat "$LOG"
 echo "[test] every tier ran in $(( ($(date +%s) - started) / 60 )) min:" \
-     "real-node tiers $([ $nodes -eq 0 ] && echo passed || echo FAILED)," \
-     "unit, real-Slurm and e2e tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
-[ "$nodes" -eq 0 ] && [ "$others" -eq 0 ]
+     "one-node real tier $([ $node -eq 0 ] && echo passed || echo FAILED)," \
+     "multi-node, unit, real-Slurm and e2e tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
+[ "$node" -eq 0 ] && [ "$others" -eq 0 ]

@@ -12,9 +12,10 @@
 The modules act on that one deployment, in the order an operator would check a new cluster
 (MODULE_ORDER): nodes and jobs across them, the seed's training job, a slurmd rollout through the
 nodes, then the loss of the primary controller's node. It is stopped and removed when the tier ends
-(``DUALSCHED_MULTINODE_KEEP=1`` keeps it), before the one-node tier (tests/node) starts its own:
-real nodes are one set per machine. Any other set running (``make up``'s) is stopped first, and the
-tier says so. A missing tool or a node that does not start is a FAILURE, never a skip.
+(``DUALSCHED_MULTINODE_KEEP=1`` keeps it). Namespaced real nodes are one set per machine: any other
+set running (``make up``'s) is stopped first, and the tier says so; the one-node tier's node (this
+machine itself, tests/node) runs beside them (`make test` runs both tiers at once). A missing tool or
+a node that does not start is a FAILURE, never a skip.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ MODULE_ORDER = (
 
 def pytest_collection_modifyitems(items):
     """This tier's items in MODULE_ORDER, in the places they were collected in: the other tiers' items stay
-    where they are (the one-node tier must not start while this tier's nodes run)."""
+    where they are."""
     here = Path(__file__).parent
     slots = [k for k, item in enumerate(items) if item.path.parent == here]
     ordered = sorted((items[k] for k in slots), key=lambda item: MODULE_ORDER.index(item.path.stem))

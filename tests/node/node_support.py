@@ -31,8 +31,9 @@ JOB_USER_UID = 2001
 """alice, the local stack's job user: owns the job and model directories on the shared file system."""
 
 
-OWNER_FILE = Path("/run/dualsched-node/owner")
-"""The cluster dir whose real nodes run on this machine (tools/node.sh)."""
+OWNER_FILES = {"host": Path("/run/dualsched-node/host-node"), "namespaced": Path("/run/dualsched-node/namespaced-nodes")}
+"""The cluster dir whose real nodes of each kind run on this machine (tools/node.sh): this machine itself (the
+one-node tier's), namespaced ones (`make up`'s and the multi-node tier's)."""
 
 
 class NodeWorld(World):
@@ -52,13 +53,15 @@ class NodeWorld(World):
         return pids[0]
 
 
-def free_the_machine(say: Callable[[str], None]) -> None:
-    """Real nodes are one set per machine: those of another cluster dir (`make up`'s, or a kept
-    test world) are stopped, with their control plane, and the tier says so."""
-    other = OWNER_FILE.read_text().strip() if OWNER_FILE.exists() else ""
+def free_the_machine(kind: str, say: Callable[[str], None]) -> None:
+    """Real nodes are one set of each kind per machine: those of the same kind of another cluster dir (`make
+    up`'s, or a kept test world) are stopped, with their control plane, and the tier says so. The other kind's
+    run on: the one-node and multi-node tiers run at once."""
+    owner = OWNER_FILES[kind]
+    other = owner.read_text().strip() if owner.exists() else ""
     if not other or not Path(other).exists():
         return
-    say(f"stopping the real nodes and control plane of {other} (`make up`'s cluster, or a kept test "
+    say(f"stopping the {kind} real nodes and control plane of {other} (`make up`'s cluster, or a kept test "
         f"world): this tier runs nodes of its own; `make up` brings them back")
     env = {**os.environ, "DUALSCHED_CLUSTER_DIR": other}
     for script in ("node.sh", "cluster.sh"):
@@ -74,7 +77,7 @@ def node_world_running(tmp: Path, config: dict, nodes: Optional[int], keep: str)
         pytest.fail("real nodes run containerd, kubelets and network namespaces: run this tier as root")
     if not (VENV / "bin" / "python").exists():
         pytest.fail(f"{VENV} missing: run `make venv`")
-    free_the_machine(lambda message: print(f"\n[node] {message}", file=sys.stderr))
+    free_the_machine("host" if nodes is None else "namespaced", lambda message: print(f"\n[node] {message}", file=sys.stderr))
     cluster_dir = tmp / "cluster"
     env = load_env(tmp, cluster_dir, control_plane_ports())
     if nodes is not None:
