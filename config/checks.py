@@ -33,7 +33,7 @@ from dualsched.config.models import (
     QosPreemptMode,
 )
 from dualsched.config.quantities import parse_quantity
-from dualsched.config.types import image_is_pinned, is_dns_label
+from dualsched.config.types import image_follows_patch_releases, image_is_pinned, image_slurm_release, is_dns_label
 
 
 @dataclass(frozen=True)
@@ -406,13 +406,45 @@ def prod_storage_is_shared(config: StackConfig) -> Iterator[Problem]:
                       config.storage.type)
 
 
+def _image_path(field: str) -> str:
+    return f"images.{to_camel(field)}"
+
+
 def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
     if config.environment is not Environment.PROD:
         return
     for field, reference in config.images.model_dump().items():
         if not image_is_pinned(reference):
-            alias = type(config.images).model_fields[field].alias or field
-            yield Problem(f"images.{alias}", "prod images must be pinned to a tag other than 'latest' or a digest", reference)
+            yield Problem(_image_path(field), "prod images must be pinned to a tag other than 'latest' or a digest", reference)
+        elif field in _SLURM_IMAGES and image_follows_patch_releases(reference):
+            yield Problem(_image_path(field), "this tag moves to each new Slurm patch release: prod names a patch "
+                          f"release ('{image_slurm_release(reference)}.<patch>-<flavor>') or a digest", reference)
+
+
+_SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd", "login")
+"""The images that run Slurm's daemons or client commands."""
+
+
+def _slurm_images_deployed(config: StackConfig) -> Iterator[str]:
+    """The fields of the Slurm images this stack runs."""
+    slurm = config.slurm
+    yield from ("slurmctld", "slurmd")
+    deployed = {"slurmd_pyxis": config.runs_containers, "slurmdbd": slurm.accounting.enabled,
+                "slurmrestd": config.submission.enabled, "login": slurm.login.enabled}  # fmt: skip
+    yield from (field for field, runs in deployed.items() if runs)
+
+
+def slurm_images_run_the_release(config: StackConfig) -> Iterator[Problem]:
+    """slurm.conf and the other Slurm files are written for slurm.release; an image whose tag names another
+    release would get options it rejects, or miss ones it needs."""
+    if config.slurm is None:
+        return
+    for field in _slurm_images_deployed(config):
+        reference = getattr(config.images, field)
+        release = image_slurm_release(reference)
+        if release is not None and release != config.slurm.release:
+            yield Problem(_image_path(field), f"its tag names Slurm {release}, but slurm.release is {config.slurm.release} "
+                          "(the Slurm files are written for that release): set both to the release the images run", reference)
 
 
 def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
@@ -740,6 +772,7 @@ CHECKS: tuple[Check, ...] = (
     storage_has_required_fields,
     prod_storage_is_shared,
     prod_images_are_pinned,
+    slurm_images_run_the_release,
     requests_within_limits,
     slurmd_memory_adds_up,
     identities_map_known_users,

@@ -197,15 +197,16 @@ class GpuAutoDetect(str, Enum):
 
 class Images(Model):
     """Container images. Defaults are pinned, real release tags: Slurm's are SchedMD's Slinky images
-    of Slurm 25.11 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says."""
+    of Slurm 25.11.6 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says;
+    a Slurm image whose tag names a release must name slurm.release's."""
 
-    slurmctld: ImageRef = "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04"
+    slurmctld: ImageRef = "ghcr.io/slinkyproject/slurmctld:25.11.6-ubuntu24.04"
     """slurmctld image (SchedMD's Slinky image)."""
-    slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04"
+    slurmd: ImageRef = "ghcr.io/slinkyproject/slurmd:25.11.6-ubuntu24.04"
     """slurmd image, also used for munged sidecars and the sbatch client."""
-    slurmd_pyxis: ImageRef = "ghcr.io/slinkyproject/slurmd-pyxis:25.11-ubuntu24.04"
+    slurmd_pyxis: ImageRef = "ghcr.io/slinkyproject/slurmd-pyxis:25.11.6-ubuntu24.04"
     """slurmd image with Pyxis and Enroot (SchedMD's slurmd-pyxis): every pool's slurmd runs it once any pool has containers."""
-    slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.11-ubuntu24.04"
+    slurmdbd: ImageRef = "ghcr.io/slinkyproject/slurmdbd:25.11.6-ubuntu24.04"
     """slurmdbd image."""
     mariadb: ImageRef = "docker.io/library/mariadb:11.4.8"
     """MariaDB image for the in-cluster accounting database."""
@@ -213,11 +214,11 @@ class Images(Model):
     """vLLM OpenAI-compatible server image."""
     triton: ImageRef = "nvcr.io/nvidia/tritonserver:25.09-py3"
     """NVIDIA Triton Inference Server image."""
-    slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.11-ubuntu24.04"
+    slurmrestd: ImageRef = "ghcr.io/slinkyproject/slurmrestd:25.11.6-ubuntu24.04"
     """slurmrestd image (Slurm's REST API, JWT-authenticated)."""
     python: ImageRef = "docker.io/library/python:3.13.9-slim-bookworm"
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
-    login: ImageRef = "ghcr.io/slinkyproject/login:25.05-ubuntu24.04"
+    login: ImageRef = "ghcr.io/slinkyproject/login:25.11.6-ubuntu24.04"
     """Login pod image: OpenSSH's sshd and the Slurm client commands (munged runs beside it from the slurmd image)."""
 
 

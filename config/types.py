@@ -318,6 +318,27 @@ def image_is_pinned(reference: str) -> bool:
     return bool(match.group("digest")) or (tag is not None and tag != "latest")
 
 
+# A Slurm image's tag that starts with the Slurm release: SchedMD's Slinky images are tagged both
+# "25.11.6-ubuntu24.04" (one patch release) and "25.11-ubuntu24.04" (moved to each patch release as it
+# ships: SlinkyProject/containers schedmd/slurm/docker-bake.hcl, format_tag); this project's are "22.05".
+_SLURM_TAG = re.compile(r"(?P<release>[0-9]{2}\.[0-9]{2})(?P<patch>\.[0-9]+)?([-_].*)?")
+
+
+def image_slurm_release(reference: str) -> str | None:
+    """The Slurm release ('25.11') a Slurm image's tag starts with, or None for a tag that names none."""
+    match = _IMAGE.fullmatch(reference)
+    tag = _SLURM_TAG.fullmatch(match.group("tag") or "") if match else None
+    return tag.group("release") if tag else None
+
+
+def image_follows_patch_releases(reference: str) -> bool:
+    """True for a Slurm image by a release tag without a patch level and no digest ('25.11-ubuntu24.04'):
+    the image behind it changes with every patch release."""
+    match = _IMAGE.fullmatch(reference)
+    tag = _SLURM_TAG.fullmatch(match.group("tag") or "") if match else None
+    return bool(tag) and not tag.group("patch") and not match.group("digest")
+
+
 # ------------------------------------------------------------------------- secrets
 
 SHOWN_SECRET = "[secret]"

@@ -23,7 +23,8 @@ class Placement(TypedDict):
 
 class Images(TypedDict):
     """Container images. Defaults are pinned, real release tags: Slurm's are SchedMD's Slinky images
-    of Slurm 25.11 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says."""
+    of Slurm 25.11.6 (SlinkyProject/containers schedmd/slurm/25.11/ubuntu24.04), as slurm.release says;
+    a Slurm image whose tag names a release must name slurm.release's."""
 
     slurmctld: NotRequired[pulumi.Input[str]]
     """slurmctld image (SchedMD's Slinky image)."""

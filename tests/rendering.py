@@ -126,6 +126,20 @@ def render_raw(raw: Mapping[str, Any]) -> Rendered:
     return _render_json(json.dumps(raw, sort_keys=True))
 
 
+SLINKY_IMAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdPyxis": "slurmd-pyxis", "slurmdbd": "slurmdbd",
+                 "slurmrestd": "slurmrestd", "login": "login"}  # fmt: skip
+"""The config's Slurm image keys, and SchedMD's name for each image."""
+
+
+def at_release(raw: dict[str, Any], release: str) -> dict[str, Any]:
+    """The stack on another Slurm release, switched as a user switches it: slurm.release and SchedMD's images
+    of one patch release of it together."""
+    raw["slurm"]["release"] = release
+    images = raw.setdefault("images", {})
+    images.update({key: f"ghcr.io/slinkyproject/{name}:{release}.1-ubuntu24.04" for key, name in SLINKY_IMAGES.items()})
+    return raw
+
+
 def variant(name: str, edit) -> dict[str, Any]:
     """A stack's raw config after ``edit(raw)`` (which mutates it in place)."""
     raw = raw_stack(name)

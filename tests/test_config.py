@@ -148,6 +148,28 @@ def test_dev_may_use_latest_images(dev_raw):
 
 def test_prod_may_pin_an_image_by_digest(prod_raw):
     prod_raw["images"]["vllm"] = "docker.io/vllm/vllm-openai@sha256:" + "a" * 64
+    prod_raw["images"]["slurmd"] = "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04@sha256:" + "b" * 64
+    parse_stack_config(prod_raw)
+
+
+def test_default_slurm_images_name_a_patch_release_of_the_default_release(prod_raw):
+    del prod_raw["images"]
+    images = parse_stack_config(prod_raw).images
+    for reference in (images.slurmctld, images.slurmd, images.slurmd_pyxis, images.slurmdbd, images.slurmrestd, images.login):
+        assert re.search(r":25\.11\.[0-9]+-ubuntu24\.04$", reference), reference
+
+
+def test_a_slurm_image_whose_tag_names_no_release_is_taken_at_its_word(prod_raw):
+    prod_raw["images"]["slurmd"] = "registry.example/hpc/slurmd:2026-06-build7"
+    prod_raw["slurm"]["release"] = "24.11"
+    prod_raw["images"].update({name: f"registry.example/hpc/{name}:v3" for name in ("slurmctld", "slurmdbd", "slurmrestd")})
+    assert parse_stack_config(prod_raw).slurm.release == "24.11"
+
+
+def test_images_the_stack_does_not_run_need_not_match_the_release(prod_raw):
+    """prod runs no login pods and no Pyxis: their images may name another release until it does."""
+    prod_raw["images"]["login"] = "ghcr.io/slinkyproject/login:25.05.5-ubuntu24.04"
+    prod_raw["images"]["slurmdPyxis"] = "ghcr.io/slinkyproject/slurmd-pyxis:24.11.6-ubuntu24.04"
     parse_stack_config(prod_raw)
 
 
@@ -369,6 +391,15 @@ INVALID = [
     Invalid("prod-image-untagged", "prod", {"images.slurmd": "ghcr.io/slinkyproject/slurmd"}, "images.slurmd", "pinned"),
     Invalid("prod-default-image-unpinned-is-still-checked", "prod", {"images.mariadb": "mariadb"},
             "images.mariadb", "pinned"),
+    Invalid("prod-slurm-image-follows-patch-releases", "prod",
+            {"images.slurmctld": "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04"},
+            "images.slurmctld", "moves to each new Slurm patch release"),
+    Invalid("slurm-image-of-another-release", "dev", {"images.slurmd": "ghcr.io/slinkyproject/slurmd:24.11.6-ubuntu24.04"},
+            "images.slurmd", "names Slurm 24.11, but slurm.release is 25.11"),
+    Invalid("release-changed-without-the-images", "prod", {"slurm.release": "24.11"},
+            "images.slurmdbd", "slurm.release is 24.11"),
+    Invalid("login-image-of-another-release", "dev", {"images.login": "ghcr.io/slinkyproject/login:25.05-ubuntu24.04"},
+            "images.login", "names Slurm 25.05"),
     Invalid("image-reference-malformed", "dev", {"images.slurmctld": "Ghcr.io/Slurm Ctld"}, "images.slurmctld"),
     # accounting
     Invalid("accounting-without-database", "dev", {"slurm.accounting.database": DELETE},

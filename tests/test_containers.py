@@ -16,7 +16,7 @@ from dualsched.components.slurm_files import kubernetes_site, render_enroot_conf
 from dualsched.config import ConfigError, parse_stack_config
 from dualsched.config.models import PoolContainers, SlurmUser
 from dualsched.examples.sbatch_job import TRAINING_SCRIPT
-from rendering import container, mounts, pod_spec, render_raw, variant, volume
+from rendering import at_release, container, mounts, pod_spec, render_raw, variant, volume
 from tests.conftest import raw_stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_every_slurmd_runs_the_pyxis_image_once_a_pool_has_containers():
     for pool in ("h100-a", "h100-b", "h100-shared"):
         pod = pod_spec(_slurmd_of(rendered, pool))
         assert {c["image"] for c in pod["containers"] + pod["initContainers"]} == {
-            "ghcr.io/slinkyproject/slurmd-pyxis:25.11-ubuntu24.04"
+            "ghcr.io/slinkyproject/slurmd-pyxis:25.11.6-ubuntu24.04"
         }
 
 
@@ -161,7 +161,7 @@ def test_pools_without_containers_get_an_enroot_that_lists_nothing_and_no_privil
 
 def _containers_on_22_05(raw):
     _containers_on_h100_a(raw)
-    raw["slurm"]["release"] = "22.05"
+    at_release(raw, "22.05")
 
 
 def test_on_22_05_the_task_prolog_is_bound_into_every_container():

@@ -37,7 +37,8 @@ from dualsched.components.report import (
 )
 from rendering import ROOT, raw_stack, render_raw
 
-NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.05.3-ubuntu24.04"
+NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.11.7-ubuntu24.04"
+"""The next patch release of the default image (a slurmd image must run slurm.release, 25.11)."""
 NEW_VLLM = "docker.io/vllm/vllm-openai:v0.11.1"
 
 

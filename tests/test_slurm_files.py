@@ -28,6 +28,7 @@ from dualsched.components.slurm_files import (
     restart_hash,
 )
 from dualsched.config import ConfigError, StackConfig, parse_stack_config
+from rendering import at_release
 from tests.conftest import STACKS, raw_stack
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -183,9 +184,7 @@ def test_compute_nodes_fetch_config_from_the_controller(stack):
 
 
 def _released(stack: str, release: str) -> StackConfig:
-    raw = raw_stack(stack)
-    raw["slurm"]["release"] = release
-    return parse_stack_config(raw)
+    return parse_stack_config(at_release(raw_stack(stack), release))
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ namespaces and names, so the local stack an earlier module left is removed first
 the same objects, and the local stack's state never lists objects that are gone), and this one is
 removed at the end, namespaces included: the modules after this one deploy the 22.05 stack afresh.
 
-What this does not prove: SchedMD's own images (Slinky's ``slurm*:25.11-ubuntu24.04``, not pullable
+What this does not prove: SchedMD's own images (Slinky's ``slurm*:25.11.6-ubuntu24.04``, not pullable
 here) with their other paths and accounts; docs/real-node.md lists what differs.
 """
 
