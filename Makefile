@@ -86,9 +86,10 @@ images: slurm-deps
 	DUALSCHED_SLURM_SUITE=forky tools/images.sh build slurm
 	tools/images.sh squashfs torch
 
-# every tier: the real-node tiers one after the other, the unit, Slurm and e2e tiers beside them
-# (tools/test-tiers.sh says why that is safe and how the output reads)
-test: venv slurm-deps checkov tools images
+# every tier, with the toolchain and image builds, in two lanes: the toolchain then the one-node real tier;
+# beside them the images, the unit and Slurm tiers, then the multi-node and e2e tiers (tools/test-tiers.sh
+# says why that is safe and how the output reads)
+test: venv slurm-deps checkov
 	MAKE="$(MAKE)" tools/test-tiers.sh
 
 ## The component package's generated input types and schema (package/, docs/component-package.md)
