@@ -12,7 +12,7 @@ NODES ?= 4
 export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 
 .PHONY: help venv render render-prod tools cluster cluster-down up down slurm-deps checkov \
-        test test-unit test-slurm test-e2e test-node test-multinode images bench bench-engine clean package-schema
+        test test-unit test-slurm test-e2e test-node test-multinode images bench bench-engine clean package-schema dist
 
 help:
 	@sed -n '2,4p' Makefile
@@ -92,6 +92,12 @@ images: slurm-deps
 test: venv slurm-deps checkov
 	MAKE="$(MAKE)" tools/test-tiers.sh
 
+## A release's sdist and wheel in dist/, checked as a package index checks them (tests/test_packaging.py too)
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
 ## The component package's generated input types and schema (package/, docs/component-package.md)
 package-schema: venv
 	$(PY) -m package.gen_types
@@ -106,4 +112,4 @@ bench-engine: venv tools
 	flock /tmp/dualsched-realtier.lock $(PY) -m bench.engine $(BENCH_ENGINE_ARGS)
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build dist $(VENV)

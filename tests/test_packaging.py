@@ -21,22 +21,35 @@ SOURCES = {"dualsched": "dualsched", "components": "dualsched/components", "conf
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Iterator[zipfile.ZipFile]:
-    """A wheel built by pip, from a copy of the sources: a build leaves build/ and *.egg-info behind it."""
+def dist(tmp_path_factory) -> Path:
+    """The sdist and the wheel PyPA's build makes (`make dist`), the wheel from the sdist, so that the sdist
+    holds all a build needs; from a copy of the sources: a build leaves build/ and *.egg-info behind it."""
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for folder in SOURCES:
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--wheel-dir", str(out), str(source)],
-        capture_output=True, text=True, timeout=600,
-    )
+    out = tmp_path_factory.mktemp("dist")
+    build = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
-    [built] = out.glob("dualsched-*.whl")
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Iterator[zipfile.ZipFile]:
+    [built] = dist.glob("dualsched-*.whl")
     with zipfile.ZipFile(built) as archive:
         yield archive
+
+
+def test_the_sdist_and_the_wheel_pass_twine_check(dist):
+    """What an index would refuse or show broken (metadata, the README as the long description) fails here first."""
+    built = sorted(dist.iterdir())
+    assert sorted(path.suffix for path in built) == [".gz", ".whl"]
+    check = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, built)],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert check.returncode == 0 and check.stdout.count("PASSED") == 2, check.stdout + check.stderr
 
 
 def _requires_dist(wheel: zipfile.ZipFile) -> list[Requirement]:
