@@ -7,10 +7,9 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from dualsched.config.models import NOBODY_UID, Resources, ResourceList, StackConfig, Taint
+from dualsched.config.models import GPU_RESOURCE, NOBODY_UID, Resources, ResourceList, StackConfig, Taint
 
 PART_OF = "dualsched"
-GPU_RESOURCE = "nvidia.com/gpu"
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 """pulumi-kubernetes' annotation for objects whose readiness `pulumi up` must not wait for."""
 

@@ -178,6 +178,7 @@ class ModelServer(pulumi.ComponentResource):
         eligible = [pool.name for pool in config.inference_pools]
         return k8s.core.v1.PodSpecArgs(
             automount_service_account_token=False,
+            runtime_class_name=config.inference.runtime_class_name,
             security_context=k8s.core.v1.PodSecurityContextArgs(
                 run_as_non_root=True,
                 run_as_user=SERVER_UID,

@@ -49,7 +49,6 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 import hostlist
 import yaml
 
-from dualsched.components.common import GPU_RESOURCE
 from dualsched.components.controller import CONFIG_HASH_ANNOTATION
 from dualsched.components.node_keeper import KEEPER, STATE_FILE
 from dualsched.components.namespace import ROLLOUT
@@ -71,6 +70,7 @@ from dualsched.components.render import (
 )
 from dualsched.components.slurm_files import SLURM_FILES
 from dualsched.config import Problem
+from dualsched.config.models import GPU_RESOURCE
 
 MARKER = "<!-- dualsched-report -->"
 REDACTED = "[redacted]"

@@ -447,6 +447,7 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "user_lines": _user_lines(config),
         "health_program": f"{site.health_check_dir}/{HEALTH_PROGRAM}",
         "task_prolog": task_prolog_path(config, site),
+        "fabric": any(pool.fabric for pool in config.slurm_pools),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 from pydantic.alias_generators import to_camel
 
 from dualsched.config.models import (
+    GPU_RESOURCE,
     MUNGED_CPUS,
     MUNGED_MEMORY_MB,
     AccessMode,
@@ -268,6 +269,19 @@ def containers_fit_pools(config: StackConfig) -> Iterator[Problem]:
             for other_field, other in paths[position + 1:]:
                 if _nested(directory, other) or _nested(other, directory):
                     yield Problem(f"{path}.{field}", f"must not be, contain or lie inside {other_field} ({other})", directory)
+
+
+def fabric_reaches_slurmd(config: StackConfig) -> Iterator[Problem]:
+    """The fabric is slurmd's pod's: a pool without slurmd has no job to give it to, and the GPUs' resource
+    is no RDMA device (slurmd would ask for both under one name)."""
+    for index, pool in enumerate(config.pools):
+        if pool.fabric is None:
+            continue
+        if not pool.runs_slurmd:
+            yield Problem(f"pools[{index}].fabric", "is for Slurm jobs, and a pool of mode 'kubernetes' runs no slurmd", pool.mode)
+        if pool.fabric.rdma_resource == GPU_RESOURCE:
+            yield Problem(f"pools[{index}].fabric.rdmaResource", "names the GPUs' resource, not the RDMA device plugin's",
+                          pool.fabric.rdma_resource)
 
 
 def slurmd_pods_fit_their_nodes(config: StackConfig) -> Iterator[Problem]:
@@ -765,6 +779,7 @@ CHECKS: tuple[Check, ...] = (
     inference_fits_on_pools,
     windows_match_modes,
     containers_fit_pools,
+    fabric_reaches_slurmd,
     slurmd_pods_fit_their_nodes,
     inference_floors_fit,
     ha_needs_shared_state,

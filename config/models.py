@@ -26,9 +26,12 @@ from dualsched.config.types import (
     CsiDriverName,
     DnsLabel,
     DnsSubdomain,
+    ExtendedResourceName,
     HostName,
     ImageRef,
     KubernetesMinor,
+    NcclValue,
+    NcclVariable,
     SlurmRelease,
     LabelKey,
     LabelValue,
@@ -254,6 +257,8 @@ class InferenceWindow(Model):
         return int(hours) * 60 + int(minutes)
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The NVIDIA device plugin's resource: a node's GPUs, as pods ask for them."""
 MUNGED_CPUS, MUNGED_MEMORY_MB = 0.05, 64
 """The munged sidecar's requests (and limits) in every slurmd pod, counted where the pod must fit its node."""
 
@@ -303,6 +308,20 @@ class PoolContainers(Model):
         return {"runtimePath": self.runtime_path, "cachePath": self.cache_path, "dataPath": self.data_path}
 
 
+class PoolFabric(Model):
+    """The nodes' RDMA fabric (InfiniBand or RoCE) for jobs that span nodes (NCCL, MPI): slurmd's pod holds
+    its devices, which its jobs share, and jobs may lock all the memory RDMA registers."""
+
+    rdma_resource: ExtendedResourceName
+    """The RDMA device plugin's resource, e.g. 'rdma/rdma_shared_device_a' (the RDMA shared device plugin,
+    as NVIDIA's Network Operator deploys it) or 'nvidia.com/hostdev' (its SR-IOV host devices)."""
+    rdma_count: int = Field(1, ge=1, le=64)
+    """How many of that resource slurmd's pod holds: 1 of a shared device, one per NIC of host devices."""
+    nccl: dict[NcclVariable, NcclValue] = Field(default_factory=dict, max_length=MAX_ITEMS)
+    """NCCL settings for every job on the pool (/etc/nccl.conf in slurmd's container), e.g.
+    NCCL_IB_HCA: mlx5 or NCCL_SOCKET_IFNAME: eth0; a job's own environment still wins."""
+
+
 class NodePool(Model):
     """A set of existing GPU nodes with the same hardware and the same sharing mode."""
 
@@ -341,6 +360,10 @@ class NodePool(Model):
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
     containers: Optional[PoolContainers] = None
     """Run Slurm job steps in container images on this pool (`srun --container-image`); see docs/containers.md."""
+    fabric: Optional[PoolFabric] = None
+    """The RDMA fabric between the pool's nodes, for multi-node jobs (docs/fabric.md)."""
+    runtime_class_name: Optional[DnsSubdomain] = None
+    """RuntimeClass of slurmd's pods, e.g. 'nvidia' where the GPU runtime is not containerd's default (no CDI)."""
 
     @field_validator("nodes")
     @classmethod
@@ -1018,6 +1041,8 @@ class Inference(Model):
     client_namespaces: tuple[DnsLabel, ...] = Field(("ingress-nginx",), max_length=MAX_ITEMS)
     """Namespaces whose pods may call the model servers, besides the inference namespace itself;
     the default is where the ingress-nginx controller installs itself."""
+    runtime_class_name: Optional[DnsSubdomain] = None
+    """RuntimeClass of the model servers' pods, e.g. 'nvidia' where the GPU runtime is not containerd's default."""
 
 
 class SubmissionIdentity(Model):

@@ -293,6 +293,15 @@ SshPublicKey = Annotated[
 ]
 SqlName = Annotated[str, _matching(_SQL_NAME, "must be a MySQL name: letters, digits, '_' and '$', at most 64 characters", 64)]
 DnsSubdomain = Annotated[str, _valid(is_dns_subdomain, "must be a DNS subdomain such as 'fast-rwx' or 'nfs.example.com'")]
+ExtendedResourceName = Annotated[
+    str,
+    _valid(lambda v: "/" in v and _is_label_key(v) and not is_reserved_key(v),
+           "must be a device plugin's resource name such as 'rdma/rdma_shared_device_a': a domain outside "
+           "kubernetes.io, '/', a name", 317),  # fmt: skip
+]
+NcclVariable = Annotated[str, _matching(_pattern(r"NCCL_[A-Z0-9_]{1,64}"), "must be an NCCL variable such as 'NCCL_IB_HCA'", 69)]
+# One line of /etc/nccl.conf ("NAME=value"): no line breaks, no '#' (NCCL reads the rest of the line as a comment).
+NcclValue = Annotated[str, _matching(_pattern(r"[^\n\r#]{1,256}"), "must be one line of text without '#'", 256)]
 CsiDriverName = Annotated[
     str, _valid(is_dns_subdomain, "must be a CSI driver name such as 'lustre-csi.hpe.com' (at most 63 characters)", 63)
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import time
@@ -122,10 +123,12 @@ def test_dedicated_and_partitioned_slurmd_is_not_privileged(stack):
     """The runtime's device cgroup then admits only the GPUs the kubelet allocated to slurmd; it keeps
     the two capabilities job cgroups and CPU binding need, and the runtime's seccomp profile keeps from the
     users' jobs what no job needs."""
-    for daemonset in _daemonsets(render_stack(stack)).values():
+    rendered = render_stack(stack)
+    for pool, daemonset in _daemonsets(rendered).items():
+        fabric = ["SYS_RESOURCE"] if rendered.config.pool(pool).fabric else []
         assert container(daemonset, "slurmd")["securityContext"] == {
             "privileged": False,
-            "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
+            "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE", *fabric]},
             "appArmorProfile": {"type": "Unconfined"},
             "seccompProfile": {"type": "RuntimeDefault"},
         }
@@ -246,6 +249,8 @@ def test_requests_and_limits_are_the_node_share_slurm_allocates(stack):
         pool = rendered.config.pool(pool_name)
         resources = container(daemonset, "slurmd")["resources"]
         expected = {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", "nvidia.com/gpu": str(pool.slurm_gpu_count)}
+        if pool.fabric:
+            expected[pool.fabric.rdma_resource] = str(pool.fabric.rdma_count)
         assert resources == {"requests": expected, "limits": expected}, pool_name
 
 
@@ -355,16 +360,17 @@ def test_slurmd_is_configless(stack):
     controllers = ",".join(
         f"slurmctld-{i}.slurmctld.slurm.svc.cluster.local:6817" for i in range(2 if rendered.config.slurm.controller.ha else 1)
     )
-    for daemonset in _daemonsets(rendered).values():
+    for pool, daemonset in _daemonsets(rendered).items():
         slurmd = container(daemonset, "slurmd")
         command = slurmd["command"]
         assert command[command.index("--conf-server") + 1] == controllers
         assert command[command.index("-N") + 1] == "$(NODE_NAME)"
         assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
         # The only ConfigMaps it mounts are the user directory, its programs (the health check in prod, the task
-        # prolog), never the Slurm config.
+        # prolog) and a fabric's nccl.conf, never the Slurm config.
         health = ["health"] if rendered.config.slurm.health_check.enabled else []
-        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health, "task-prolog"]
+        nccl = ["nccl"] if rendered.config.pool(pool).fabric else []
+        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health, "task-prolog", *nccl]
         assert not [path for path in mounts(slurmd) if path.startswith("/etc/slurm")]
 
 
@@ -384,3 +390,55 @@ def test_probes_on_the_slurmd_port(stack):
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert slurmd[probe]["tcpSocket"] == {"port": 6818}
         assert slurmd["ports"] == [{"containerPort": 6818, "name": "slurmd"}]
+
+
+# ----------------------------------------------------------------------------- the RDMA fabric (prod's training pools)
+
+
+def test_a_pool_with_a_fabric_holds_its_rdma_devices_and_its_jobs_may_lock_memory():
+    """prod's h100-a: the RDMA device plugin's resource beside the GPUs, CAP_SYS_RESOURCE to lift slurmd's own
+    locked-memory limit before it starts (its jobs keep it: PropagateResourceLimitsExcept=MEMLOCK); h100-shared,
+    without a fabric, gets none of it."""
+    daemonsets = _daemonsets(render_stack("prod"))
+    slurmd = container(daemonsets["h100-a"], "slurmd")
+    assert slurmd["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+    assert "SYS_RESOURCE" in slurmd["securityContext"]["capabilities"]["add"]
+    assert "{ ulimit -l unlimited; }" in slurmd["command"][2]
+    shared = container(daemonsets["h100-shared"], "slurmd")
+    assert not any(name.startswith("rdma/") for name in shared["resources"]["limits"])
+    assert "ulimit -l" not in shared["command"][2]
+
+
+def test_nccl_reads_the_pools_settings_from_etc_nccl_conf():
+    rendered = render_stack("prod")
+    daemonset = _daemonsets(rendered)["h100-a"]
+    assert mounts(container(daemonset, "slurmd"))["/etc/nccl.conf"] == {
+        "name": "nccl", "mountPath": "/etc/nccl.conf", "subPath": "nccl.conf", "readOnly": True,
+    }
+    name = volume(daemonset, "nccl")["configMap"]["name"]
+    [config_map] = [c for c in rendered.by_kind("ConfigMap") if c.manifest["metadata"]["name"] == name]
+    lines = config_map.manifest["data"]["nccl.conf"].splitlines()
+    assert lines[0].startswith("#") and lines[1:] == ["NCCL_IB_HCA=mlx5", "NCCL_SOCKET_IFNAME=eth0"]
+    assert "/etc/nccl.conf" not in mounts(container(_daemonsets(rendered)["h100-shared"], "slurmd"))
+
+
+def test_a_changed_nccl_setting_is_a_new_config_map_and_so_a_slurmd_roll():
+    """NCCL's file is a subPath mount, which the kubelet never updates, so the ConfigMap is auto-named (the
+    render names it as the provider does, with a random suffix): pulumi-kubernetes replaces an auto-named
+    ConfigMap whose data changed (its enableConfigMapMutable is off by default), under a new name, which
+    changes slurmd's pod template and so rolls slurmd through the rollout controller."""
+    name = volume(_daemonsets(render_stack("prod"))["h100-a"], "nccl")["configMap"]["name"]
+    assert re.fullmatch(r"dualsched-slurmd-h100-a-nccl-[0-9a-f]{8}", name), name
+
+
+def test_a_runtime_class_reaches_slurmd_and_the_model_servers():
+    def runtime_class(raw):
+        raw["pools"][2]["runtimeClassName"] = "nvidia"
+        raw["inference"]["runtimeClassName"] = "nvidia-cdi"
+
+    rendered = render_raw(variant("prod", runtime_class))
+    daemonsets = _daemonsets(rendered)
+    assert pod_spec(daemonsets["h100-shared"])["runtimeClassName"] == "nvidia"
+    assert "runtimeClassName" not in pod_spec(daemonsets["h100-a"])
+    servers = rendered.by_kind("Deployment")
+    assert {pod_spec(d).get("runtimeClassName") for d in servers if d.manifest["metadata"]["namespace"] == "inference"} == {"nvidia-cdi"}

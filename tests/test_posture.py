@@ -63,7 +63,7 @@ ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
     ("DaemonSet", "*slurmd-*", "slurmd"): {
         "allowPrivilegeEscalation=false": "jobs run inside this container and may run setuid programs (no_new_privs would break them)",
         "non-root": "slurmd runs as root to start job steps as the submitting user",
-        "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE",
+        "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE (and SYS_RESOURCE with a fabric)",
         "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
     },
     ("StatefulSet", "slurmctld", "state-owner"): {

@@ -85,7 +85,7 @@ SLURM_CONF_KEYS = {
     "AccountingStorageTRES", "JobAcctGatherType", "JobAcctGatherFrequency", "SlurmctldTimeout", "SlurmdTimeout",
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
     "AccountingStorageEnforce", "PriorityWeightQOS", "PreemptType", "PreemptMode", "PreemptExemptTime", "JobRequeue",
-    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "TaskProlog",
+    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "TaskProlog", "PropagateResourceLimitsExcept",
 }
 NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}
@@ -235,6 +235,14 @@ def test_files_for_newer_releases_use_no_removed_option(stack: str, release: str
 
 def _settings_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_jobs_keep_slurmds_locked_memory_limit_where_a_pool_has_a_fabric():
+    """RDMA registers memory that stays locked: with a fabric, jobs keep slurmd's unlimited limit instead of the
+    submitter's (slurmstepd sets only the propagated limits, src/slurmd/slurmstepd/ulimits.c); the Slurm tier
+    runs it (tests/slurm/test_resource_limits.py)."""
+    assert lines(render(config_of("prod"))["slurm.conf"], "PropagateResourceLimitsExcept") == ["PropagateResourceLimitsExcept=MEMLOCK"]
+    assert lines(render(config_of("dev"))["slurm.conf"], "PropagateResourceLimits") == []
 
 
 def test_a_release_is_year_and_month():

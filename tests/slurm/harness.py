@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, TypeVar
+from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 from dualsched.components.compute import conf_servers
 from dualsched.components.munge import MUNGE_KEY_BYTES
@@ -694,9 +694,10 @@ class LocalCluster(SlurmClient):
 
         return wait_until(f"node {name} to be {state}", probe, timeout)
 
-    def sbatch(self, *options: str, script: str) -> int:
-        """Submit ``script`` (sh) as a batch job of JOB_USER (slurm.conf has DisableRootJobs);
-        its output goes to job-<id>.out in the jobs directory."""
+    def sbatch(self, *options: str, script: str, launcher: Sequence[str] = ()) -> int:
+        """Submit ``script`` (sh) as a batch job of JOB_USER (slurm.conf has DisableRootJobs), through
+        ``launcher`` (e.g. prlimit with the submitter's limits); its output goes to job-<id>.out in the jobs
+        directory."""
         jobs = self.root / "jobs"
         jobs.mkdir(exist_ok=True)
         os.chmod(jobs, 0o1777)
@@ -704,7 +705,7 @@ class LocalCluster(SlurmClient):
         path.write_text("#!/bin/sh\n" + script)
         path.chmod(0o644)
         out = self.run(
-            "runuser", "-u", JOB_USER, "--",
+            "runuser", "-u", JOB_USER, "--", *launcher,
             "sbatch", "--parsable", f"--chdir={jobs}", f"--output={jobs}/job-%j.out", *options, str(path),
         )  # fmt: skip
         return int(out.strip().split(";")[0])
