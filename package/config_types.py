@@ -429,6 +429,20 @@ class PoolContainers(TypedDict):
     """Where Enroot unpacks containers on the node (ENROOT_DATA_PATH, a directory per user under it): node-local disk."""
 
 
+class PoolFabric(TypedDict):
+    """The nodes' RDMA fabric (InfiniBand or RoCE) for jobs that span nodes (NCCL, MPI): slurmd's pod holds
+    its devices, which its jobs share, and jobs may lock all the memory RDMA registers."""
+
+    rdma_resource: pulumi.Input[str]
+    """The RDMA device plugin's resource, e.g. 'rdma/rdma_shared_device_a' (the RDMA shared device plugin,
+as NVIDIA's Network Operator deploys it) or 'nvidia.com/hostdev' (its SR-IOV host devices)."""
+    rdma_count: NotRequired[pulumi.Input[int]]
+    """How many of that resource slurmd's pod holds: 1 of a shared device, one per NIC of host devices."""
+    nccl: NotRequired[pulumi.Input[dict[str, str]]]
+    """NCCL settings for every job on the pool (/etc/nccl.conf in slurmd's container), e.g.
+NCCL_IB_HCA: mlx5 or NCCL_SOCKET_IFNAME: eth0; a job's own environment still wins."""
+
+
 class NodePool(TypedDict):
     """A set of existing GPU nodes with the same hardware and the same sharing mode."""
 
@@ -465,6 +479,10 @@ never scheduled, and the node never joins Slurm."""
     """Required in time-shared mode: the daily window when Kubernetes owns the pool's GPUs."""
     containers: NotRequired[pulumi.Input[PoolContainers]]
     """Run Slurm job steps in container images on this pool (`srun --container-image`); see docs/containers.md."""
+    fabric: NotRequired[pulumi.Input[PoolFabric]]
+    """The RDMA fabric between the pool's nodes, for multi-node jobs (docs/fabric.md)."""
+    runtime_class_name: NotRequired[pulumi.Input[str]]
+    """RuntimeClass of slurmd's pods, e.g. 'nvidia' where the GPU runtime is not containerd's default (no CDI)."""
 
 
 class NfsStorage(TypedDict):
@@ -625,6 +643,8 @@ class Inference(TypedDict):
     client_namespaces: NotRequired[pulumi.Input[list[str]]]
     """Namespaces whose pods may call the model servers, besides the inference namespace itself;
 the default is where the ingress-nginx controller installs itself."""
+    runtime_class_name: NotRequired[pulumi.Input[str]]
+    """RuntimeClass of the model servers' pods, e.g. 'nvidia' where the GPU runtime is not containerd's default."""
 
 
 class SubmissionIdentity(TypedDict):
