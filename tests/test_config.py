@@ -398,6 +398,7 @@ INVALID = [
             "images.slurmd", "names Slurm 24.11, but slurm.release is 25.11"),
     Invalid("release-changed-without-the-images", "prod", {"slurm.release": "24.11"},
             "images.slurmdbd", "slurm.release is 24.11"),
+    # the RDMA fabric
     Invalid("fabric-on-a-kubernetes-pool", "dev", {"pools[0].mode": "kubernetes", "pools[0].slurmGpus": DELETE,
             "pools[0].fabric": {"rdmaResource": "rdma/hca"}}, "pools[0].fabric", "runs no slurmd"),
     Invalid("fabric-resource-is-the-gpus", "prod", {"pools[0].fabric.rdmaResource": "nvidia.com/gpu"},
