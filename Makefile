@@ -17,10 +17,10 @@ export DUALSCHED_TOOLS_CACHE := $(TOOLS_CACHE)
 help:
 	@sed -n '2,4p' Makefile
 
+# locked: `make test`'s two lanes both make it (the second waits, then finds it installed)
 $(STAMP): requirements.txt requirements-dev.txt policy/requirements.txt pyproject.toml
 	@echo "[venv] creating $(VENV) and installing pinned requirements"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	flock $(VENV).lock sh -c '$(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -86,10 +86,10 @@ images: slurm-deps
 	DUALSCHED_SLURM_SUITE=forky tools/images.sh build slurm
 	tools/images.sh squashfs torch
 
-# every tier, with the toolchain and image builds, in two lanes: the toolchain then the one-node real tier;
-# beside them the images, the unit and Slurm tiers, then the multi-node and e2e tiers (tools/test-tiers.sh
-# says why that is safe and how the output reads)
-test: venv slurm-deps checkov
+# every tier, with what each needs installed and built, in two lanes: the toolchain, then the one-node real
+# tier; beside them the venv, Debian's Slurm, checkov, the images, the unit and Slurm tiers, then the
+# multi-node and e2e tiers (tools/test-tiers.sh says why that is safe and how the output reads)
+test:
 	MAKE="$(MAKE)" tools/test-tiers.sh
 
 ## A release's sdist and wheel in dist/, checked as a package index checks them (tests/test_packaging.py too)

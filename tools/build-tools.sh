@@ -17,7 +17,8 @@
 #                   gpu-device-plugin-double kube-router pulumi-language-yaml   (default: all)
 # Env: DUALSCHED_TOOLS_CACHE, GOMODCACHE/GOCACHE (shared, default go env),
 #      DUALSCHED_TOOLS_FORCE=1 (rebuild even if cached), GOTOOLCHAIN (default: local),
-#      DUALSCHED_TOOLS_JOBS=2 (parallel lanes: A = Kubernetes/etcd/KWOK, B = Pulumi; 1 = sequential).
+#      DUALSCHED_TOOLS_JOBS=2 (parallel lanes: A = Kubernetes, etcd, KWOK, CoreDNS, kube-router and the
+#      small tools, B = Pulumi and its providers; 1 = sequential).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -458,11 +459,12 @@ t0=$(date +%s)
 if [ "$JOBS" -ge 2 ]; then
   # Two lanes in parallel (2 cores: one go build alone leaves the CPU idle during module
   # resolution, single-threaded big packages and linking). The Kubernetes binaries share one
-  # wrapper module, so they stay in one lane.
+  # wrapper module, so they stay in one lane; the small tools join it, so that both lanes take
+  # about as long cold (measured: A 1,855 s, B 1,936 s, of which the Kubernetes provider 1,157 s).
   lane_a=(); lane_b=()
   for t in "${TOOLS[@]}"; do
     case "$t" in
-      kube-*|kubectl|kubelet|etcd|kwok) lane_a+=("$t") ;;
+      kube-*|kubectl|kubelet|etcd|kwok|coredns|gpu-device-plugin-double|pulumi-language-yaml) lane_a+=("$t") ;;
       *) lane_b+=("$t") ;;
     esac
   done

@@ -1,45 +1,45 @@
 #!/usr/bin/env bash
-# make test: the toolchain and image builds and every tier, in two lanes at once, so that the tiers' waits
-# (Slurm jobs, rollouts, a failover, an inference window) and the builds overlap instead of adding up.
-#   lane 1, in this terminal: the toolchain (make tools: Go builds, about 30 min cold), then the one-node real
-#     tier, the longest (a control plane and this machine as its node).
-#   lane 2, beside it: the images (make images: Debian packages, about 10 min cold), the unit and real-Slurm
-#     tiers (neither needs the toolchain, so on a fresh machine they run while it builds), then the real
-#     multi-node and e2e tiers once the toolchain is there. Nothing of lane 1 is theirs: the multi-node
-#     tier's nodes are namespaced ones with a link bridge, addresses, pod ranges, mounts and cgroups of
-#     their own (tools/node.sh: one host node and one set of namespaced nodes per machine, side by side);
-#     the Slurm tier's daemons listen on 127.0.0.1 ports of their own under a temporary directory; each
-#     tier's control plane has free ports and its own directory (the e2e tier's KWOK nodes too). Logged
-#     to build/test-beside.log, shown whole when both lanes have ended (two outputs interleaved would be
-#     unreadable).
-# The builds lock their caches (flock): a lane that needs what the other is building waits for it, and
-# nothing is built twice. Every tier runs even when another fails; the exit status is non-zero when any
-# build or tier failed.
+# make test: what every tier needs installed and built, and every tier, in two lanes at once, so that the
+# tiers' waits (Slurm jobs, rollouts, a failover, an inference window) and the builds overlap instead of
+# adding up.
+#   lane 1, in this terminal: the toolchain (make tools: Go builds, about 32 min cold), then the one-node
+#     real tier, the longest (a control plane and this machine as its node).
+#   lane 2, beside it: the venv, Debian's Slurm, checkov and the images (about 15 min cold), the unit and
+#     real-Slurm tiers (neither needs the toolchain, so on a fresh machine they run while it builds), then
+#     the real multi-node and e2e tiers once the toolchain is there. Nothing of lane 1 is theirs: the
+#     multi-node tier's nodes are namespaced ones with a link bridge, addresses, pod ranges, mounts and
+#     cgroups of their own (tools/node.sh: one host node and one set of namespaced nodes per machine, side
+#     by side); the Slurm tier's daemons listen on 127.0.0.1 ports of their own under a temporary
+#     directory; each tier's control plane has free ports and its own directory (the e2e tier's KWOK nodes
+#     too). Logged to build/test-beside.log, shown whole when both lanes have ended (two outputs
+#     interleaved would be unreadable).
+# The venv, the toolchain and the images lock what they build (flock): a lane that needs what the other is
+# building waits for it, and nothing is built twice. Lane 1 leaves Debian's Slurm and checkov to lane 2
+# (install-slurm.sh stops Debian's own daemons, which must not happen under the Slurm tier). Every tier runs
+# even when another fails; the exit status is non-zero when any build or tier failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MAKE=${MAKE:-make}
-# `make test` has installed the Python packages, Debian's Slurm and checkov; neither lane repeats it
-# (install-slurm.sh would stop Debian's daemons again while the other lane runs)
-TIER=("$MAKE" --no-print-directory -k -o venv -o slurm-deps -o checkov)
+LANE=("$MAKE" --no-print-directory -k)
 LOG=build/test-beside.log
 mkdir -p build
 started=$(date +%s)
 
-"${TIER[@]}" images test-unit test-slurm tools test-multinode test-e2e >"$LOG" 2>&1 &
+"${LANE[@]}" venv slurm-deps checkov images test-unit test-slurm tools test-multinode test-e2e >"$LOG" 2>&1 &
 beside=$!
 trap 'kill "$beside" 2>/dev/null' INT TERM
-echo "[test] the images, then the unit, real-Slurm, multi-node and e2e tiers run beside the toolchain and the" \
-     "one-node real tier (log: $LOG)"
+echo "[test] the venv, Debian's Slurm, checkov and the images, then the unit, real-Slurm, multi-node and e2e" \
+     "tiers run beside the toolchain and the one-node real tier (log: $LOG)"
 
-"${TIER[@]}" tools images test-node
+"${LANE[@]}" -o slurm-deps -o checkov tools venv images test-node
 node=$?
 if kill -0 "$beside" 2>/dev/null; then echo "[test] one-node real tier done; waiting for the tiers beside it"; fi
 wait "$beside"
 others=$?
 
-echo "=============================== images, the unit, real-Slurm, multi-node and e2e tiers (ran beside; $LOG)"
+echo "=============================== installs, images, the unit, real-Slurm, multi-node and e2e tiers (ran beside; $LOG)"
 cat "$LOG"
 echo "[test] every build and tier ran in $(( ($(date +%s) - started) / 60 )) min:" \
      "toolchain and one-node real tier $([ $node -eq 0 ] && echo passed || echo FAILED)," \
-     "images, unit, real-Slurm, multi-node and e2e tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
+     "installs, images, unit, real-Slurm, multi-node and e2e tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
 [ "$node" -eq 0 ] && [ "$others" -eq 0 ]
