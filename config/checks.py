@@ -430,12 +430,12 @@ def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
     for field, reference in config.images.model_dump().items():
         if not image_is_pinned(reference):
             yield Problem(_image_path(field), "prod images must be pinned to a tag other than 'latest' or a digest", reference)
-        elif field in _SLURM_IMAGES and image_follows_patch_releases(reference):
+        elif field in SLURM_IMAGES and image_follows_patch_releases(reference):
             yield Problem(_image_path(field), "this tag moves to each new Slurm patch release: prod names a patch "
                           f"release ('{image_slurm_release(reference)}.<patch>-<flavor>') or a digest", reference)
 
 
-_SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd", "login")
+SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd", "login")
 """The images that run Slurm's daemons or client commands."""
 
 

@@ -333,19 +333,24 @@ def image_is_pinned(reference: str) -> bool:
 _SLURM_TAG = re.compile(r"(?P<release>[0-9]{2}\.[0-9]{2})(?P<patch>\.[0-9]+)?([-_].*)?")
 
 
-def image_slurm_release(reference: str) -> str | None:
-    """The Slurm release ('25.11') a Slurm image's tag starts with, or None for a tag that names none."""
+def _slurm_tag(reference: str) -> tuple[re.Match[str], re.Match[str]] | None:
+    """The reference's match and its tag's as a Slurm tag, or None for a tag that names no release."""
     match = _IMAGE.fullmatch(reference)
     tag = _SLURM_TAG.fullmatch(match.group("tag") or "") if match else None
-    return tag.group("release") if tag else None
+    return (match, tag) if tag else None
+
+
+def image_slurm_release(reference: str) -> str | None:
+    """The Slurm release ('25.11') a Slurm image's tag starts with, or None for a tag that names none."""
+    parsed = _slurm_tag(reference)
+    return parsed[1].group("release") if parsed else None
 
 
 def image_follows_patch_releases(reference: str) -> bool:
     """True for a Slurm image by a release tag without a patch level and no digest ('25.11-ubuntu24.04'):
     the image behind it changes with every patch release."""
-    match = _IMAGE.fullmatch(reference)
-    tag = _SLURM_TAG.fullmatch(match.group("tag") or "") if match else None
-    return bool(tag) and not tag.group("patch") and not match.group("digest")
+    parsed = _slurm_tag(reference)
+    return bool(parsed) and not parsed[1].group("patch") and not parsed[0].group("digest")
 
 
 # ------------------------------------------------------------------------- secrets

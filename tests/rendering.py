@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from dualsched.components.render import Registration, Render, RenderedObject, render_config
 from dualsched.config import StackConfig, load_stack_file, parse_stack_config
+from dualsched.config.checks import SLURM_IMAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ("dev", "prod")
@@ -126,8 +128,7 @@ def render_raw(raw: Mapping[str, Any]) -> Rendered:
     return _render_json(json.dumps(raw, sort_keys=True))
 
 
-SLINKY_IMAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdPyxis": "slurmd-pyxis", "slurmdbd": "slurmdbd",
-                 "slurmrestd": "slurmrestd", "login": "login"}  # fmt: skip
+SLINKY_IMAGES = {to_camel(field): field.replace("_", "-") for field in SLURM_IMAGES}
 """The config's Slurm image keys, and SchedMD's name for each image."""
 
 

@@ -484,14 +484,21 @@ nodes_running() {
   return 1
 }
 
+# refuse_foreign KIND: what down removes of that kind is the machine's (kubelet dir, bridges, cgroups,
+# /dev/nvidiaK): never under another cluster dir's running nodes
+refuse_foreign() {
+  local owner; owner=$(owner_of "$1")
+  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && nodes_running "$owner" "$1"; then
+    die "the $1 nodes running on this machine are $owner's, not $CLUSTER_DIR's (one set of each kind per machine): not touching them; DUALSCHED_CLUSTER_DIR=$owner tools/node.sh down stops them"
+  fi
+}
+
 # claim_machine KIND: this cluster dir's nodes of that kind are the machine's; another's, stopped, are cleaned up
 claim_machine() {
   local kind=$1 other; other=$(owner_of "$kind")
   mkdir -p "$OWNER_DIR"
+  refuse_foreign "$kind"
   if [ -n "$other" ] && [ "$other" != "$CLUSTER_DIR" ]; then
-    if nodes_running "$other" "$kind"; then
-      die "$kind real nodes of $other already run on this machine (one set of each kind per machine): DUALSCHED_CLUSTER_DIR=$other tools/node.sh down"
-    fi
     # its processes are gone (killed, machine restarted) but its mounts, network and cgroups may not be
     log "cleaning up after the stopped $kind nodes of $other"
     DUALSCHED_CLUSTER_DIR="$other" "$HERE/node.sh" down
@@ -499,14 +506,6 @@ claim_machine() {
   echo "$CLUSTER_DIR" >"$(owner_file "$kind")"
 }
 
-# refuse_foreign KIND: what down removes of that kind is the machine's (kubelet dir, bridges, cgroups,
-# /dev/nvidiaK): never under another cluster dir's running nodes
-refuse_foreign() {
-  local owner; owner=$(owner_of "$1")
-  if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] && nodes_running "$owner" "$1"; then
-    die "the $1 nodes running on this machine are $owner's, not $CLUSTER_DIR's: not touching them"
-  fi
-}
 release_machine() { [ "$(owner_of "$1")" != "$CLUSTER_DIR" ] || rm -f "$(owner_file "$1")"; }
 
 cmd_up() {
