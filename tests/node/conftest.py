@@ -26,6 +26,15 @@ def node_world(tmp_path_factory) -> NodeWorld:
         yield world
 
 
+FIRST_MODULE = "test_newer_slurm_node"
+"""Its stack replaces the local one: first, it replaces nothing, and no local stack is torn down and
+deployed again around it."""
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.module.__name__ != FIRST_MODULE)  # stable: the others keep their order
+
+
 def pytest_terminal_summary(terminalreporter):
     if TIMINGS:
         terminalreporter.section("node tier timings")

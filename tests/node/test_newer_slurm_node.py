@@ -5,9 +5,10 @@ The slurm image comes from Debian forky's packages (``DUALSCHED_SLURM_SUITE=fork
 ``dualsched.local/slurm:26.05``); the other images and every pod spec are the ones test_real_node
 runs on 22.05, with ``slurm.release: "26.05"``. The stack is its own (a fresh controller state and
 database: Slurm upgrades state by at most two releases, never from 22.05). It uses the local stack's
-namespaces and names, so the local stack an earlier module left is removed first (two stacks never own
-the same objects, and the local stack's state never lists objects that are gone), and this one is
-removed at the end, namespaces included: the modules after this one deploy the 22.05 stack afresh.
+namespaces and names (two stacks never own the same objects, and the local stack's state never lists
+objects that are gone), so it runs first (conftest.py), before any local stack exists, and is removed
+at the end, namespaces included: the modules after this one deploy the 22.05 stack afresh, as on a new
+node. Run alone after another module, it removes the local stack that module left first.
 
 What this does not prove: SchedMD's own images (Slinky's ``slurm*:25.11.6-ubuntu24.04``, not pullable
 here) with their other paths and accounts; docs/real-node.md lists what differs.
