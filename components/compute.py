@@ -23,7 +23,7 @@ from dualsched.components.slurm_files import (
     render_enroot_mounts, render_health_settings, task_prolog_path,
 )
 from dualsched.config.models import (
-    GPU_RESOURCE, CgroupVersion, NodePool, PoolContainers, PoolMode, SlurmUser, StackConfig, Taint,
+    GPU_RESOURCE, CgroupVersion, GpuAutoDetect, NodePool, PoolContainers, PoolMode, SlurmUser, StackConfig, Taint,
 )
 
 SHARED_MOUNT = "/shared"
@@ -139,6 +139,21 @@ GRANT_MKNOD_ON_HELD_DEVICES = (
 )
 
 
+NVIDIA_PROC_GPUS = "/proc/driver/nvidia/gpus"
+"""Where gpu/nvidia (AutoDetect=nvidia) finds a node's GPUs: one directory per GPU (gpu_nvidia.c)."""
+
+
+def only_the_pods_gpus_listed(count: int) -> str:
+    """AutoDetect=nvidia gives slurmd every GPU the driver lists in /proc. The NVIDIA runtime shows a container
+    only its own GPUs there (libnvidia-container, mount_procfs_gpu); a runtime that shows the node's would hand
+    jobs the GPUs of other pods, so slurmd does not start, and says why."""
+    return (
+        f'listed=$(ls {NVIDIA_PROC_GPUS} 2>/dev/null | wc -l); [ "$listed" -le {count} ] ||'
+        f' {{ echo "{NVIDIA_PROC_GPUS} lists $listed GPUs and this pod holds {count}: the container runtime shows it'
+        ' GPUs of other pods, which AutoDetect=nvidia would give to jobs (use the NVIDIA runtime, or gpuAutoDetect: nvml)" >&2; exit 1; }'
+    )
+
+
 def wait_for_the_primary(site: Site, seconds: int) -> str:
     """With a backup controller, slurmd first gives the primary up to SlurmctldTimeout to accept connections.
     slurmd fetches its config before it knows SlurmctldTimeout: a primary that refuses (still starting: both
@@ -187,6 +202,8 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
     if len(site.controller_hosts) > 1:
         steps.append(wait_for_the_primary(site, config.slurm.controller.slurmctld_timeout))
     if isolates_gpus(pool):
+        if config.slurm.gpu_detection is GpuAutoDetect.NVIDIA and pool.slurm_gpu_count:
+            steps.append(only_the_pods_gpus_listed(pool.slurm_gpu_count))
         steps.append(REMOUNT_CGROUPS_WRITABLE)
         if config.slurm.cgroup_version is CgroupVersion.V1:
             steps.append(GRANT_MKNOD_ON_HELD_DEVICES)

@@ -105,7 +105,7 @@ class Site:
     proctrack_type: str = "proctrack/cgroup"
     task_plugin: str = "task/cgroup,task/affinity"
     jobacct_gather_type: str = "jobacct_gather/cgroup"
-    gpu_autodetect: Optional[str] = "nvml"
+    gpu_autodetect: Optional[str] = "nvidia"
     """gres.conf AutoDetect; None lists GPUs explicitly."""
     gpu_device_prefix: Optional[str] = None
     """GPUs are the device files <prefix>0..N-1 instead of detected devices."""
@@ -132,15 +132,10 @@ CLOUD_REG_ADDRS_DEFAULT_SINCE = (23, 11)
 """Slurm 23.11 made cloud_reg_addrs the default and calls the option defunct (an error at every start)."""
 
 
-def slurm_release(config: StackConfig) -> tuple[int, int]:
-    year, month = config.slurm.release.split(".")
-    return int(year), int(month)
-
-
 def slurmctld_parameters(config: StackConfig, site: Site) -> str:
     """SlurmctldParameters: configless always; cloud_reg_addrs where the release still needs it asked for."""
     parameters = ["enable_configless"]
-    if site.addresses_from_registration and slurm_release(config) < CLOUD_REG_ADDRS_DEFAULT_SINCE:
+    if site.addresses_from_registration and config.slurm.release_version < CLOUD_REG_ADDRS_DEFAULT_SINCE:
         parameters.append("cloud_reg_addrs")
     return ",".join(parameters)
 
@@ -163,9 +158,9 @@ def kubernetes_site(config: StackConfig) -> Site:
         database=database_endpoint(config),
         jwt_key=JWT_KEY_PATH,
         cgroup_plugin=CGROUP_PLUGINS[config.slurm.cgroup_version],
-        gpu_autodetect=config.slurm.gpu_auto_detect.value,
-        # Without NVML, a node's GPUs are the device files its slurmd container was given.
-        gpu_device_prefix="/dev/nvidia" if config.slurm.gpu_auto_detect is GpuAutoDetect.OFF else None,
+        gpu_autodetect=config.slurm.gpu_detection.value,
+        # Undetected, a node's GPUs are the device files its slurmd container was given.
+        gpu_device_prefix="/dev/nvidia" if config.slurm.gpu_detection is GpuAutoDetect.OFF else None,
         # Kubernetes node names are not host names cluster DNS resolves (slurmd runs on the host network).
         addresses_from_registration=True,
     )
@@ -425,7 +420,7 @@ def task_prolog_path(config: StackConfig, site: Site) -> Optional[str]:
     job submitted with a token can run no `srun` (Slurm's own limit for clients with SLURM_JWT, jwt.html)."""
     if not site.jwt_key:
         return None
-    if config.runs_containers and slurm_release(config) >= TASK_PROLOG_IN_CONTAINERS_UNTIL:
+    if config.runs_containers and config.slurm.release_version >= TASK_PROLOG_IN_CONTAINERS_UNTIL:
         return None
     return f"{site.task_prolog_dir}/{TASK_PROLOG}"
 
@@ -473,7 +468,7 @@ def render_health_settings(config: StackConfig, pool: NodePool, site: Site) -> s
     return _environment.get_template(f"{HEALTH_SETTINGS_FILE}.j2").render(
         checks=config.slurm.health_check.checks,
         site=site,
-        # The same device files gres.conf lists without AutoDetect; NVML finds these too.
+        # The same device files gres.conf lists without AutoDetect; the detecting plugins find these too.
         gpu_device_prefix=site.gpu_device_prefix or "/dev/nvidia",
         gpus=pool.slurm_gpu_count,
     )

@@ -18,9 +18,11 @@ from dualsched.config.models import (
     GPU_RESOURCE,
     MUNGED_CPUS,
     MUNGED_MEMORY_MB,
+    NVIDIA_AUTODETECT_SINCE,
     AccessMode,
     DatabaseMode,
     Environment,
+    GpuAutoDetect,
     HealthCheckNodeState,
     NodePool,
     PoolMode,
@@ -461,6 +463,30 @@ def slurm_images_run_the_release(config: StackConfig) -> Iterator[Problem]:
                           "(the Slurm files are written for that release): set both to the release the images run", reference)
 
 
+IMAGES_WITHOUT_NVML = ("ghcr.io/slinkyproject/",)
+"""Slurm images built without gpu/nvml: SchedMD's Slinky images (debuild of SchedMD's debian/, whose build
+dependencies have no NVML, so BUILD_NVML is off)."""
+
+
+def gpu_detection_confines_jobs(config: StackConfig) -> Iterator[Problem]:
+    """gres.conf's AutoDetect names a plugin slurmd has: without it slurmd falls back to gpu/generic, its
+    jobs get no device files, and ConstrainDevices confines nothing."""
+    slurm = config.slurm
+    if slurm is None or not any(pool.slurm_gpu_count for pool in config.pools):
+        return
+    detection = slurm.gpu_detection
+    if detection is GpuAutoDetect.NVIDIA and slurm.release_version < NVIDIA_AUTODETECT_SINCE:
+        yield Problem("slurm.gpuAutoDetect", f"AutoDetect=nvidia needs Slurm 24.11 or later, and slurm.release is "
+                      f"{slurm.release}: use nvml (a Slurm built with NVML) or off", detection)
+    if detection is GpuAutoDetect.NVML:
+        for field in _slurm_images_deployed(config):
+            reference = getattr(config.images, field)
+            if field.startswith("slurmd") and reference.startswith(IMAGES_WITHOUT_NVML):
+                yield Problem("slurm.gpuAutoDetect", f"{_image_path(field)} ({reference}) is built without NVML: slurmd "
+                              "would fall back to gpu/generic and every job would see every GPU of its node; use nvidia "
+                              "(Slurm 24.11 or later) or off", detection)
+
+
 def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
     def resources_at(path, resources) -> Iterator[Problem]:
         for kind in ("cpu", "memory"):
@@ -788,6 +814,7 @@ CHECKS: tuple[Check, ...] = (
     prod_storage_is_shared,
     prod_images_are_pinned,
     slurm_images_run_the_release,
+    gpu_detection_confines_jobs,
     requests_within_limits,
     slurmd_memory_adds_up,
     identities_map_known_users,

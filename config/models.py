@@ -189,11 +189,20 @@ class Toleration(Model):
     """Taint effect; when absent every effect is tolerated."""
 
 
-class GpuAutoDetect(str, Enum):
-    """How slurmd learns a node's GPUs (gres.conf AutoDetect)."""
+NVIDIA_AUTODETECT_SINCE = (24, 11)
+"""The first release with gpu/nvidia (AutoDetect=nvidia)."""
 
+
+class GpuAutoDetect(str, Enum):
+    """How slurmd learns a node's GPUs (gres.conf AutoDetect). A plugin slurmd lacks leaves it gpu/generic,
+    which gives jobs no device files: ConstrainDevices confines nothing, every job sees every GPU of its node."""
+
+    NVIDIA = "nvidia"
+    """Read the NVIDIA driver's /proc/driver/nvidia/gpus (gpu/nvidia, Slurm 24.11 or later). It needs no library,
+    so every build has it, SchedMD's Slinky images included."""
     NVML = "nvml"
-    """Ask the NVIDIA driver (Slurm built with NVML, as SchedMD's images are)."""
+    """Ask NVML (gpu/nvml): only a Slurm built with NVML has it. Slinky's images are not (BUILD_NVML,
+    src/plugins/gpu/Makefile.am)."""
     OFF = "off"
     """No NVML: a node's GPUs are /dev/nvidia0..N-1 of its slurmd container (runtimes that number a container's GPUs from 0)."""
 
@@ -778,8 +787,9 @@ class Slurm(Model):
     no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 23.11."""
     cgroup_version: CgroupVersion = CgroupVersion.V2
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts."""
-    gpu_auto_detect: GpuAutoDetect = GpuAutoDetect.NVML
-    """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1)."""
+    gpu_auto_detect: Optional[GpuAutoDetect] = None
+    """gres.conf AutoDetect: nvidia (Slurm 24.11 or later), nvml (a Slurm built with NVML), or off (GPUs
+    listed as /dev/nvidia0..N-1). Unset: nvidia from 24.11, nvml before."""
     preemption: Preemption = Preemption()
     """Job preemption (PreemptType, PreemptMode, PreemptExemptTime, JobRequeue)."""
     slurmd_rollout: SlurmdRollout = SlurmdRollout()
@@ -795,6 +805,19 @@ class Slurm(Model):
     """Login pods reached with ssh (off by default)."""
     health_check: HealthCheck = HealthCheck()
     """Node health check: drains a failing node and resumes it when healthy (docs/health.md)."""
+
+    @property
+    def release_version(self) -> tuple[int, int]:
+        """The release as numbers, to compare: (25, 11)."""
+        year, month = self.release.split(".")
+        return int(year), int(month)
+
+    @property
+    def gpu_detection(self) -> GpuAutoDetect:
+        """gpu_auto_detect, or the release's default: gpu/nvidia where the release has it."""
+        if self.gpu_auto_detect is not None:
+            return self.gpu_auto_detect
+        return GpuAutoDetect.NVIDIA if self.release_version >= NVIDIA_AUTODETECT_SINCE else GpuAutoDetect.NVML
 
 
 # --------------------------------------------------------------------------- storage

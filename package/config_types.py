@@ -358,7 +358,8 @@ no longer accepts, e.g. SlurmctldParameters=cloud_reg_addrs, the default since 2
     cgroup_version: NotRequired[pulumi.Input[str]]
     """cgroup hierarchy of the GPU nodes: v2, or v1 for legacy and hybrid hosts. One of: 'v2', 'v1'."""
     gpu_auto_detect: NotRequired[pulumi.Input[str]]
-    """gres.conf AutoDetect: nvml, or off where slurmd has no NVML (GPUs listed as /dev/nvidia0..N-1). One of: 'nvml', 'off'."""
+    """gres.conf AutoDetect: nvidia (Slurm 24.11 or later), nvml (a Slurm built with NVML), or off (GPUs
+listed as /dev/nvidia0..N-1). Unset: nvidia from 24.11, nvml before. One of: 'nvidia', 'nvml', 'off'."""
     preemption: NotRequired[pulumi.Input[Preemption]]
     """Job preemption (PreemptType, PreemptMode, PreemptExemptTime, JobRequeue)."""
     slurmd_rollout: NotRequired[pulumi.Input[SlurmdRollout]]

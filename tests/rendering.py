@@ -33,6 +33,7 @@ from pydantic.alias_generators import to_camel
 from dualsched.components.render import Registration, Render, RenderedObject, render_config
 from dualsched.config import StackConfig, load_stack_file, parse_stack_config
 from dualsched.config.checks import SLURM_IMAGES
+from dualsched.config.models import NVIDIA_AUTODETECT_SINCE
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ("dev", "prod")
@@ -136,6 +137,8 @@ def at_release(raw: dict[str, Any], release: str) -> dict[str, Any]:
     """The stack on another Slurm release, switched as a user switches it: slurm.release and SchedMD's images
     of one patch release of it together."""
     raw["slurm"]["release"] = release
+    if tuple(map(int, release.split("."))) < NVIDIA_AUTODETECT_SINCE:
+        raw["slurm"]["gpuAutoDetect"] = "off"  # their builds have neither gpu/nvml nor gpu/nvidia
     images = raw.setdefault("images", {})
     images.update({key: f"ghcr.io/slinkyproject/{name}:{release}.1-ubuntu24.04" for key, name in SLINKY_IMAGES.items()})
     return raw

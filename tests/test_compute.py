@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from dualsched.components.compute import (
-    GRANT_MKNOD_ON_HELD_DEVICES, V1_DEVICES, job_shm_volume, slurmd_resources, task_prolog_config_map_name,
-    wait_for_the_primary,
+    GRANT_MKNOD_ON_HELD_DEVICES, NVIDIA_PROC_GPUS, V1_DEVICES, job_shm_volume, only_the_pods_gpus_listed, slurmd_resources,
+    task_prolog_config_map_name, wait_for_the_primary,
 )
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
@@ -168,6 +168,34 @@ def test_the_mknod_grant_writes_one_rule_per_held_device(tmp_path):
     assert result.returncode == 0, result.stderr
     assert log.read_text() == "c 195:2 rwm\nc 195:3 rwm\n"
     assert (tmp_path / "devices.allow").read_text() == "c 195:3 rwm\n"
+
+
+def test_with_autodetect_nvidia_unprivileged_slurmd_first_counts_the_gpus_the_driver_lists():
+    """Every pool of dev and prod but the time-shared ones (privileged: all the node's GPUs are Slurm's)."""
+    for stack, pools in (("dev", {"gpu": 6}), ("prod", {"h100-a": 8, "h100-b": 8, "h100-shared": 4})):
+        for pool, daemonset in _daemonsets(render_stack(stack)).items():
+            command = container(daemonset, "slurmd")["command"][2]
+            assert "{ " + only_the_pods_gpus_listed(pools[pool]) + "; }" in command, (stack, pool)
+            assert command.index(NVIDIA_PROC_GPUS) < command.index('exec "$@"'), (stack, pool)
+
+
+@pytest.mark.parametrize(("listed", "exit_code"), [(3, 0), (4, 0), (5, 1)])
+def test_slurmd_does_not_start_where_the_driver_lists_gpus_of_other_pods(tmp_path, listed: int, exit_code: int):
+    """Run as sh runs it, against a /proc/driver/nvidia/gpus with one directory per GPU (gpu_nvidia.c)."""
+    for index in range(listed):
+        (tmp_path / f"0000:{index:02x}:00.0").mkdir()
+    script = only_the_pods_gpus_listed(4).replace(NVIDIA_PROC_GPUS, str(tmp_path))
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=10)
+    assert result.returncode == exit_code
+    assert ("lists 5 GPUs and this pod holds 4" in result.stderr) == bool(exit_code), result.stderr
+
+
+def test_slurmd_whose_gpus_are_listed_or_detected_by_nvml_counts_nothing():
+    for detection in ("off", "nvml"):
+        raw = variant("dev", lambda raw: raw["slurm"].update(gpuAutoDetect=detection, release="24.05") or raw.setdefault("images", {}).update(
+            {key: f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd", "login")}))
+        command = container(_daemonsets(render_raw(raw))["gpu"], "slurmd")["command"][2]
+        assert NVIDIA_PROC_GPUS not in command, detection
 
 
 @pytest.mark.parametrize(("stack", "waits"), [("dev", False), ("prod", True)])

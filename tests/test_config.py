@@ -173,6 +173,20 @@ def test_images_the_stack_does_not_run_need_not_match_the_release(prod_raw):
     parse_stack_config(prod_raw)
 
 
+def test_gpus_are_detected_by_nvml_where_the_images_have_it(prod_raw):
+    prod_raw["slurm"].update(release="24.05", gpuAutoDetect="nvml")
+    prod_raw["images"].update({key: f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")})
+    assert parse_stack_config(prod_raw).slurm.gpu_detection.value == "nvml"
+
+
+def test_a_stack_whose_slurm_holds_no_gpu_needs_no_gpu_detection(dev_raw):
+    """CPU nodes only: nothing for gres.conf to detect, whatever the images."""
+    dev_raw["pools"][0].update(mode="dedicated", gpusPerNode=0)
+    del dev_raw["pools"][0]["slurmGpus"], dev_raw["inference"]
+    dev_raw["slurm"]["gpuAutoDetect"] = "nvml"
+    assert parse_stack_config(dev_raw).slurm.gpu_detection.value == "nvml"
+
+
 def test_config_is_immutable(dev_config):
     with pytest.raises(Exception):
         dev_config.slurm.namespace = "other"
@@ -398,6 +412,12 @@ INVALID = [
             "images.slurmd", "names Slurm 24.11, but slurm.release is 25.11"),
     Invalid("release-changed-without-the-images", "prod", {"slurm.release": "24.11"},
             "images.slurmdbd", "slurm.release is 24.11"),
+    # GPU detection that confines jobs
+    Invalid("gpu-detection-nvml-with-slinky-images", "prod", {"slurm.gpuAutoDetect": "nvml"},
+            "slurm.gpuAutoDetect", "images.slurmd (ghcr.io/slinkyproject/slurmd:25.11.6-ubuntu24.04) is built without NVML"),
+    Invalid("gpu-detection-nvidia-before-24.11", "prod", {"slurm.gpuAutoDetect": "nvidia", "slurm.release": "24.05", **{
+            f"images.{key}": f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")}},
+            "slurm.gpuAutoDetect", "AutoDetect=nvidia needs Slurm 24.11 or later, and slurm.release is 24.05"),
     # the RDMA fabric
     Invalid("fabric-on-a-kubernetes-pool", "dev", {"pools[0].mode": "kubernetes", "pools[0].slurmGpus": DELETE,
             "pools[0].fabric": {"rdmaResource": "rdma/hca"}}, "pools[0].fabric", "runs no slurmd"),

@@ -369,8 +369,17 @@ def test_gpu_type_appears_as_gres_type(dev_raw):
 
 def test_gpus_are_autodetected_on_kubernetes(stack):
     gres = render(config_of(stack))["gres.conf"]
-    assert lines(gres, "AutoDetect") == ["AutoDetect=nvml"]
+    assert lines(gres, "AutoDetect") == ["AutoDetect=nvidia"]
     assert "File=" not in gres
+
+
+@pytest.mark.parametrize(("release", "plugin"), [("22.05", "nvml"), ("24.05", "nvml"), ("24.11", "nvidia"), ("26.05", "nvidia")])
+def test_gpus_are_detected_by_the_plugin_every_build_of_the_release_has(release: str, plugin: str):
+    """gpu/nvidia (24.11 on) needs no library; before it only NVML detects, in a Slurm built with it (a site's own images)."""
+    raw = raw_stack("prod")
+    raw["slurm"]["release"] = release
+    raw["images"].update({key: f"registry.example/hpc/{key}:{release}.1" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")})
+    assert lines(render(parse_stack_config(raw))["gres.conf"], "AutoDetect") == [f"AutoDetect={plugin}"]
 
 
 def test_site_device_prefix_lists_gpu_files_instead_of_autodetect(dev_config):
