@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -110,6 +111,41 @@ def test_the_app_pins_fall_inside_the_library_ranges(wheel):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements.txt pins no version of {requirement.name}"
         assert requirement.specifier.contains(pins[name]), f"requirements.txt pins {name}=={pins[name]}, outside {requirement}"
+
+
+# ------------------------------------------------------------------ both ends of the dependency ranges
+
+
+def _lower_bounds(wheel: zipfile.ZipFile) -> list[str]:
+    return [f"{r.name}=={spec.version}" for r in _requires_dist(wheel) for spec in r.specifier if spec.operator == ">="]
+
+
+@pytest.fixture(scope="module", params=["oldest", "newest"])
+def ranged(request, wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel and its dependencies at one end of its ranges: every lower bound exactly, or
+    what pip resolves from the ranges today (what a new project gets). Returns its bin directory."""
+    venv = tmp_path_factory.mktemp(request.param) / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    ends = _lower_bounds(wheel) if request.param == "oldest" else []
+    install = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                              wheel.filename, *ends], capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    return venv / "bin"
+
+
+def _objects(render: list[str], stack: str, out: Path) -> dict[str, list]:
+    """Every file the renderer writes for ``stack``, YAML read back (key order is the SDK's, not the object's)."""
+    result = subprocess.run([*render, "--stack", stack, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return {str(path.relative_to(out)): list(yaml.safe_load_all(path.read_text())) for path in sorted(out.rglob("*.yaml"))}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_at_either_end_of_its_dependency_ranges_the_library_builds_the_same_objects(ranged, stack, tmp_path):
+    """The pins are what the tiers run; a project may resolve anything in the ranges. The oldest and the newest
+    build every object of dev and prod exactly as the pins do."""
+    pinned = _objects([sys.executable, "-m", "dualsched.components.render"], stack, tmp_path / "pinned")
+    assert pinned and _objects([str(ranged / "dualsched-render")], stack, tmp_path / "ranged") == pinned
 
 
 # A platform team's project: its own config.py and components/ beside __main__.py, dualsched from pip.

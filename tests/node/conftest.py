@@ -14,6 +14,8 @@ tool or a node that does not start is a FAILURE with the command that fixes it, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from node_support import NodeWorld, node_world_running, one_node_config  # (puts tests/e2e on the path)
@@ -32,7 +34,13 @@ deployed again around it."""
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.module.__name__ != FIRST_MODULE)  # stable: the others keep their order
+    """This tier's items with FIRST_MODULE's first, in the places they were collected in: the other tiers'
+    items stay where they are."""
+    here = Path(__file__).parent
+    slots = [k for k, item in enumerate(items) if item.path.parent == here]
+    ordered = sorted((items[k] for k in slots), key=lambda item: item.path.stem != FIRST_MODULE)  # stable
+    for k, item in zip(slots, ordered):
+        items[k] = item
 
 
 def pytest_terminal_summary(terminalreporter):

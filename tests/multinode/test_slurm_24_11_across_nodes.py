@@ -1,0 +1,113 @@
+"""The local stack on Slurm 24.11 (Debian trixie), before the 25.11 of the default images, on the four real
+nodes; the one-node tier runs 26.05, after it (tests/node/slurm_releases.py: the stack, its image, what it
+does not prove).
+
+The slurm image is ``dualsched.local/slurm:24.11`` (``DUALSCHED_SLURM_SUITE=trixie tools/images.sh``), every
+pod spec the local stack's with ``slurm.release: "24.11"`` and no job steps in containers (Pyxis is built
+for Debian 12's Slurm). The flows whose behaviour changes between releases: configless registration of
+each node by its address, GPU GRES, a job from Kubernetes with a Slurm token (auth/jwt) across two nodes,
+accounting, and a slurm.conf change reaching every daemon by reconfigure (which 24.11's slurmctld does by
+starting itself anew), with the backup controller standing by. It runs first in the tier (conftest.py),
+before the local stack is deployed, and is removed at its end.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import pytest
+
+from e2e_support import raw_config
+from node_support import NodeWorld, local_config
+from slurm_releases import SlurmRelease, deployed, up_on
+from test_real_node import INFERENCE_NS, SLURM_CONF_CACHE, SLURM_NS, all_ready, finished_job, job_logs, wait_until
+
+from .multi_node_support import BRIDGE_ADDRESSES, CONTAINER_NODES, NODE_ADDRESSES, NODES, TWO_NODES, Nodes, completed
+
+pytestmark = pytest.mark.multinode
+
+TRIXIE = SlurmRelease(suite="trixie", release="24.11", version="24.11.5")
+JOB = {
+    "name": "train-24-11", "serviceAccount": "trainer",
+    "script": '#!/bin/sh\necho "user=$(id -un) nodes=$SLURM_JOB_NODELIST gpus=${SLURM_JOB_GPUS:-none}"\n',
+    "args": ["--partition=gpu", "--nodes=2", f"--nodelist={','.join(TWO_NODES)}", "--gres=gpu:1", "--mem=128M",
+             "--output=/shared/jobs/slurm-24-11-%j.out"],
+}
+
+
+def release_config(world: NodeWorld) -> dict:
+    return local_config(world, raw_config("local"))
+
+
+@pytest.fixture(scope="module")
+def older(nodes_world: NodeWorld) -> Iterator[Nodes]:
+    sockets = [nodes_world.cluster_dir / "nodes" / node / "containerd" / "containerd.sock" for node in NODES]
+    TRIXIE.import_image(nodes_world, sockets)
+    with deployed(nodes_world, TRIXIE, release_config(nodes_world), [JOB], label="multi-node: "):
+        yield Nodes(nodes_world)
+
+
+def test_every_pod_runs_and_every_slurm_daemon_is_24_11(older):
+    for namespace in (SLURM_NS, INFERENCE_NS):
+        wait_until(f"every pod in {namespace} Ready", lambda: all_ready(older.pods(namespace)), timeout=480)
+    slurm_images = {c["image"] for pod in older.pods(SLURM_NS) for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+                    if c["image"].startswith("dualsched.local/slurm")}  # fmt: skip
+    assert slurm_images == {TRIXIE.image}
+    for pod in ("slurmctld-0", "slurmctld-1"):
+        assert older.exec(SLURM_NS, pod, "slurmctld", "slurmctld", "-V").split()[-1] == TRIXIE.version, pod
+    for node in NODES:
+        assert older.exec(SLURM_NS, older.slurmd_pod_on(node), "slurmd", "slurmd", "-V").split()[-1] == TRIXIE.version, node
+
+
+def test_both_controllers_take_the_files_without_a_defunct_or_obsolete_option(older):
+    """Slurm logs options it dropped ("... is defunct, please remove it", src/common/read_config.c)."""
+    wait_until("slurmctld to answer", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+    for pod in ("slurmctld-0", "slurmctld-1"):
+        log = older.world.kubectl("logs", "-n", SLURM_NS, pod, "-c", "slurmctld").stdout
+        complaints = [line for line in log.splitlines() if re.search(r"defunct|obsolete|please remove|unrecognized key", line, re.I)]
+        assert complaints == [], (pod, complaints)
+    assert "cloud_reg_addrs" not in older.slurm("scontrol", "show", "config")
+
+
+def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
+    wait_until("every node idle in Slurm", lambda: set(older.node_states().items()) == {(n, "idle") for n in NODES},
+               timeout=300, every=5)  # fmt: skip
+    for node in NODES:
+        shown = older.slurm("scontrol", "show", "node", node)
+        assert re.search(r"NodeAddr=(\S+)", shown).group(1) in (NODE_ADDRESSES[node], BRIDGE_ADDRESSES[node]), shown
+        assert re.search(rf"Gres=gpu:{4 if node in CONTAINER_NODES else 2}\b", shown), shown
+
+
+def test_a_kubernetes_job_runs_a_job_on_two_nodes_as_its_user_with_a_token(older):
+    world = older.world
+    k8s_job = wait_until("the sbatch Job to finish", lambda: finished_job(world, JOB["name"]), timeout=300)
+    logs = job_logs(world, JOB["name"], "sbatch")
+    assert k8s_job["status"].get("succeeded") == 1, logs + job_logs(world, JOB["name"], "slurm-token")
+    older.job_id = int(re.search(r"Submitted batch job (\d+)", logs).group(1))
+    output = (world.shared / "jobs" / f"slurm-24-11-{older.job_id}.out").read_text()
+    assert re.fullmatch(r"user=alice nodes=gpu-real-\[2-3\] gpus=\d+\n", output), output
+
+
+def test_accounting_records_the_job_on_both_nodes_with_a_gpu_each(older):
+    record = wait_until("slurmdbd to record the job", lambda: completed(older, older.job_id), timeout=120)
+    assert record["User"] == "alice" and record["NNodes"] == "2", record
+    assert "gres/gpu=2" in record["AllocTRES"].split(","), record
+
+
+def test_a_slurm_conf_change_reaches_every_daemon_by_reconfigure_without_a_restart(older):
+    world = older.world
+    before = {p["metadata"]["uid"]: p for p in older.pods(SLURM_NS)}
+    config = release_config(world)
+    config["slurm"]["partitions"][0]["maxTime"] = "2:00:00"
+    up_on(world, TRIXIE, config, [JOB], label="multi-node: ")
+    for node in NODES:
+        pod = older.slurmd_pod_on(node)
+        wait_until(f"{node}'s configless cache to get MaxTime=2:00:00",
+                   lambda: "MaxTime=2:00:00" in older.exec(SLURM_NS, pod, "slurmd", "cat", SLURM_CONF_CACHE), timeout=300, every=5)  # fmt: skip
+    assert "MaxTime=02:00:00" in older.slurm("scontrol", "show", "partition", "gpu")
+    after = {p["metadata"]["uid"]: p for p in older.pods(SLURM_NS)}
+    assert after.keys() == before.keys()
+    for uid, pod in after.items():
+        restarts = {s["name"]: s["restartCount"] for s in before[uid]["status"]["containerStatuses"]}
+        assert {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]} == restarts, pod["metadata"]["name"]
