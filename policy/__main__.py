@@ -1,17 +1,20 @@
 """dualsched CrossGuard policy pack: the rules of policy/rules.py as mandatory policies.
 
     pulumi preview --stack dev  --policy-pack policy
-    pulumi preview --stack prod --policy-pack policy --policy-pack-config policy/config.prod.json
+    pulumi preview --stack prod --policy-pack policy
 
 Each rule is a ResourceValidationPolicy over Kubernetes resources; the manifest
 it checks is the resource's inputs (apiVersion, kind, metadata, spec, ...), and
-``protect`` comes from the engine's resource options. Every policy takes the same
-config (slurmNamespace, slurmTaintKey, poolLabel, gpuPools, environment); the
-prod rules do nothing unless ``environment`` is ``prod``.
+``protect`` comes from the engine's resource options. The settings (environment,
+Slurm namespace, taint key, pool label, GPU pools) are the stack's own: the engine
+hands the pack the stack's config (PULUMI_CONFIG), read as dualsched-policy reads
+the stack file. A pack config (``--policy-pack-config``) may override any of them
+per policy; the prod rules do nothing unless the environment is ``prod``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -30,6 +33,9 @@ from pulumi_policy.proxy import UnknownValueError
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from rules import CONFIG_SCHEMA, RULES, Resource, Rule, Settings  # noqa: E402
+
+STACK_SETTINGS = Settings.from_stack(json.loads(os.environ.get("PULUMI_CONFIG") or "{}"))
+"""The previewed stack's settings (analyzer_plugin.go, constructEnv: the config as JSON, secrets decrypted)."""
 
 
 def plain(value: Any) -> Any:
@@ -64,7 +70,7 @@ def validation(rule: Rule):
         if not args.resource_type.startswith("kubernetes:"):
             return
         resource = Resource(manifest=plain(args.props), protect=bool(args.opts.protect), pulumi_name=args.name)
-        for message in rule.check(resource, Settings.from_config(args.get_config())):
+        for message in rule.check(resource, Settings.from_config(args.get_config(), STACK_SETTINGS)):
             report_violation(message, None)
 
     return validate

@@ -7,19 +7,19 @@ used by the CrossGuard pack (``policy/__main__.py``), by the offline check
 (``python -m dualsched.policy.offline``) and by the unit tests; nothing here imports
 Pulumi.
 
-Settings come from the pack config (per policy, see ``PulumiPolicy.yaml`` and
-``config.prod.json``). The Slurm namespace cannot be derived from a single
-resource, so it is configuration (``slurmNamespace``, default ``slurm``) rather
-than a guess from Pod Security labels: a namespace labelled privileged is not
-necessarily the Slurm one, and the Namespace object is not visible to a
-resource policy that validates a DaemonSet.
+Settings come from the stack's own dualsched config, as dualsched-policy takes them from the stack file
+(:meth:`Settings.from_stack`: the engine hands a pack the stack's config), and the pack config may override
+each (per policy, see ``PulumiPolicy.yaml``). The Slurm namespace cannot be derived from a single resource,
+so it is configuration rather than a guess from Pod Security labels: a namespace labelled privileged is not
+necessarily the Slurm one, and the Namespace object is not visible to a resource policy that validates a
+DaemonSet.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -60,18 +60,48 @@ class Settings:
     }
 
     @classmethod
-    def from_config(cls, config: Optional[Mapping[str, Any]]) -> "Settings":
+    def from_config(cls, config: Optional[Mapping[str, Any]], base: Optional["Settings"] = None) -> "Settings":
+        """``base`` (the defaults without one) with what the pack config sets."""
         values = {}
         for key, attribute in cls.CONFIG_KEYS.items():
             value = (config or {}).get(key)
             if value is None:
                 continue
             values[attribute] = tuple(value) if attribute == "gpu_pools" else str(value)
-        return cls(**values)
+        return replace(base or cls(), **values)
+
+    @classmethod
+    def from_stack(cls, stack_config: Mapping[str, str], key: str = "dualsched") -> "Settings":
+        """The settings of the stack being previewed, from its config as the engine hands it to a pack
+        ('<key>:<name>' -> text, objects as JSON), taken as dualsched-policy takes them from the stack file
+        (policy/offline.py, settings_for); what the config leaves out keeps the default. The program has
+        validated the config: this only reads it."""
+
+        def value(name: str) -> Any:
+            text = stack_config.get(f"{key}:{name}")
+            try:
+                return json.loads(text) if text is not None else None
+            except ValueError:
+                return text  # a plain string, as `pulumi config set` stores one
+
+        slurm, placement, pools = value("slurm") or {}, value("placement") or {}, value("pools") or []
+        values = {
+            "environment": value("environment"),
+            "slurm_namespace": _field(slurm, "namespace"),
+            "slurm_taint_key": _field(placement, "slurmTaintKey"),
+            "pool_label": _field(placement, "poolLabel"),
+            "gpu_pools": tuple(pool["name"] for pool in pools if (_field(pool, "gpusPerNode") or 0) > 0) if pools else None,
+        }
+        return replace(cls(), **{attribute: v for attribute, v in values.items() if v is not None})
 
     @property
     def prod(self) -> bool:
         return self.environment == "prod"
+
+
+def _field(mapping: Mapping[str, Any], camel: str) -> Any:
+    """A config field by its camelCase name or its snake_case one (the config takes both)."""
+    return mapping.get(camel, mapping.get(re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()))
 
 
 @dataclass(frozen=True)
@@ -530,15 +560,15 @@ def violations(resources: list[Resource], settings: Settings) -> list[Violation]
 
 
 # The JSON schema of the pack config, shared by every policy (see __main__.py).
+# No defaults: a key the pack config leaves out is the stack's own (Settings.from_stack).
 CONFIG_SCHEMA: dict[str, dict[str, Any]] = {
-    "slurmNamespace": {"type": "string", "default": Settings.slurm_namespace, "description": "Namespace of the Slurm daemons."},
-    "slurmTaintKey": {"type": "string", "default": Settings.slurm_taint_key, "description": "Taint key of Slurm-owned nodes."},
-    "poolLabel": {"type": "string", "default": Settings.pool_label, "description": "Node label naming the pool."},
+    "slurmNamespace": {"type": "string", "description": "Namespace of the Slurm daemons."},
+    "slurmTaintKey": {"type": "string", "description": "Taint key of Slurm-owned nodes."},
+    "poolLabel": {"type": "string", "description": "Node label naming the pool."},
     "gpuPools": {
         "type": "array",
         "items": {"type": "string"},
-        "default": [],
         "description": "Pools with GPUs; empty means any pool-label value.",
     },
-    "environment": {"type": "string", "enum": ["dev", "prod"], "default": "dev", "description": "'prod' enables the prod rules."},
+    "environment": {"type": "string", "enum": ["dev", "prod"], "description": "'prod' enables the prod rules."},
 }

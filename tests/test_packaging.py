@@ -222,7 +222,7 @@ def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(co
                   "pack = Path(dualsched.policy.__file__).parent; "
                   "print(sorted(p.name for p in pack.iterdir() if p.suffix in ('.yaml', '.json', '.txt')), callable(example.main))")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "['PulumiPolicy.yaml', 'config.prod.json', 'requirements.txt'] True\n"
+    assert result.stdout == "['PulumiPolicy.yaml', 'requirements.txt'] True\n"
 
 
 # ------------------------------------------------------------------ the checkout's own folders

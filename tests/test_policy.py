@@ -449,10 +449,32 @@ def test_offline_bad_input_is_exit_2(argv, line, monkeypatch, capsys):
 # ------------------------------------------------------------------------------- pack
 
 
-def test_prod_pack_config_sets_prod_for_every_policy():
-    config = json.loads((PACK / "config.prod.json").read_text())
-    assert config == {rule.name: {"environment": "prod"} for rule in RULES}
-    assert Settings.from_config(config["prod-images-pinned"]).prod
+@pytest.mark.parametrize("stack", ["dev", "prod", "local"])
+def test_the_pack_takes_the_settings_of_the_stack_the_engine_previews_as_the_offline_check_does(stack):
+    """The engine hands a pack the stack's config as text (PULUMI_CONFIG); prod's stack file alone makes it prod."""
+    from dualsched.config.loader import engine_settings, read_stack_document
+
+    path = ROOT / f"Pulumi.{stack}.yaml"
+    handed, _ = engine_settings(read_stack_document(path), path)
+    settings = Settings.from_stack(handed)
+    assert settings == offline.settings_for(load_stack_file(path))
+    assert settings.prod == (stack == "prod") and settings.gpu_pools
+
+
+def test_the_stack_settings_read_snake_case_names_and_plain_strings_too():
+    handed = {"dualsched:environment": "prod", "dualsched:placement": json.dumps({"pool_label": "example.com/pool"}),
+              "dualsched:pools": json.dumps([{"name": "a", "gpus_per_node": 8}, {"name": "cpu", "gpusPerNode": 0}])}
+    assert Settings.from_stack(handed) == Settings(environment="prod", pool_label="example.com/pool", gpu_pools=("a",))
+    assert Settings.from_stack({}) == Settings()
+
+
+def test_a_pack_config_overrides_what_it_names_and_keeps_the_stacks_other_settings():
+    stack = Settings(environment="prod", slurm_namespace="hpc", gpu_pools=("h100",))
+    assert Settings.from_config({"environment": "dev"}, stack) == Settings(environment="dev", slurm_namespace="hpc", gpu_pools=("h100",))
+    assert Settings.from_config(None, stack) == stack
+
+
+def test_the_pack_runs_on_python_with_its_own_pinned_requirements():
     assert yaml.safe_load((PACK / "PulumiPolicy.yaml").read_text())["runtime"] == "python"
     assert "pulumi-policy==1.21.0" in (PACK / "requirements.txt").read_text().split()
 

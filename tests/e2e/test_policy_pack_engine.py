@@ -29,6 +29,23 @@ def test_dev_stack_passes_the_pack(world: World):
     assert "mandatory" not in result.stdout and "violation" not in result.stdout.lower(), result.stdout[-3000:]
 
 
+def test_prod_as_shipped_passes_the_pack_checked_as_prod(world: World):
+    result = world.stack("policy-prod", raw_config("prod")).preview(policy_packs=[str(PACK)], color="never")
+    assert "dualsched@v0.1.0" in result.stdout, result.stdout[-3000:]
+    assert "mandatory" not in result.stdout and "violation" not in result.stdout.lower(), result.stdout[-3000:]
+
+
+def test_prod_without_protect_fails_the_pack_from_its_own_stack_config(world: World):
+    """No --policy-pack-config: the pack reads `environment: prod` from the stack the engine previews, as
+    dualsched-policy does from the stack file; the prod rules then refuse what is not protected."""
+    config = raw_config("prod")
+    config["protect"] = False
+    with pytest.raises(auto.CommandError) as error:
+        world.stack("policy-prod-unprotected", config).preview(policy_packs=[str(PACK)], color="never")
+    output = str(error.value)
+    assert "prod-stateful-protected" in output and "mandatory" in output, output[-4000:]
+
+
 def test_a_privileged_pod_outside_slurm_is_rejected(world: World, tmp_path):
     project = {"name": "policy-probe", "runtime": {"name": "python", "options": {"virtualenv": str(VENV)}}}
     (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project))
