@@ -7,14 +7,13 @@ Each rule is a ResourceValidationPolicy over Kubernetes resources; the manifest
 it checks is the resource's inputs (apiVersion, kind, metadata, spec, ...), and
 ``protect`` comes from the engine's resource options. The settings (environment,
 Slurm namespace, taint key, pool label, GPU pools) are the stack's own: the engine
-hands the pack the stack's config (PULUMI_CONFIG), read as dualsched-policy reads
+hands the pack the stack's config (StackSettings), read as dualsched-policy reads
 the stack file. A pack config (``--policy-pack-config``) may override any of them
 per policy; the prod rules do nothing unless the environment is ``prod``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -27,6 +26,7 @@ from pulumi_policy import (
     ResourceValidationArgs,
     ResourceValidationPolicy,
 )
+from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UnknownValueError
 
 # The analyzer runs this file as a script: make the sibling rules module importable.
@@ -34,8 +34,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from rules import CONFIG_SCHEMA, RULES, Resource, Rule, Settings  # noqa: E402
 
-STACK_SETTINGS = Settings.from_stack(json.loads(os.environ.get("PULUMI_CONFIG") or "{}"))
-"""The previewed stack's settings (analyzer_plugin.go, constructEnv: the config as JSON, secrets decrypted)."""
+
+class StackSettings:
+    """The previewed stack's settings. The engine sends the stack's config (secrets decrypted) in its
+    ConfigureStack call, before any resource (analyzer_plugin.go, NewPolicyAnalyzer); pulumi-policy 1.21's
+    servicer keeps only the call's tags, so the pack wraps it to read the config too."""
+
+    current = Settings()
+
+    @classmethod
+    def kept_by(cls, configure_stack):
+        def configure(servicer, request, context):
+            cls.current = Settings.from_stack(dict(request.config))
+            return configure_stack(servicer, request, context)
+
+        return configure
+
+
+_PolicyAnalyzerServicer.ConfigureStack = StackSettings.kept_by(_PolicyAnalyzerServicer.ConfigureStack)
 
 
 def plain(value: Any) -> Any:
@@ -70,7 +86,7 @@ def validation(rule: Rule):
         if not args.resource_type.startswith("kubernetes:"):
             return
         resource = Resource(manifest=plain(args.props), protect=bool(args.opts.protect), pulumi_name=args.name)
-        for message in rule.check(resource, Settings.from_config(args.get_config(), STACK_SETTINGS)):
+        for message in rule.check(resource, Settings.from_config(args.get_config(), StackSettings.current)):
             report_violation(message, None)
 
     return validate

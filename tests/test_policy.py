@@ -505,3 +505,32 @@ def test_pack_wires_every_rule_as_a_mandatory_policy():
         item.validate(args, lambda message, urn, name=item.name: reported.append((name, message)))
     assert sorted(name for name, _ in reported) == ["privileged-only-slurmd", "prod-images-pinned"]
     assert all("Deployment inference/bad-server" in message for _, message in reported)
+
+
+def test_the_pack_checks_the_stack_the_engine_configures_it_for():
+    """The engine's ConfigureStack call carries the stack's config (analyzer_plugin.go): prod's alone makes the pack
+    check prod, with no pack config; an unprotected claim of prod is then refused."""
+    from dualsched.config.loader import engine_settings, read_stack_document
+    from pulumi.runtime.proto import analyzer_pb2
+    from pulumi_policy import EnforcementLevel
+    from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions, ResourceValidationArgs, _PolicyAnalyzerServicer
+    from pulumi_policy.proxy import unknown_checking_proxy
+
+    pack = runpy.run_path(str(PACK / "__main__.py"), run_name="dualsched_pack")
+    policies = pack["policies"]()
+    [protected] = [p for p in policies if p.name == "prod-stateful-protected"]
+    claim = unknown_checking_proxy({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "state", "namespace": "slurm"}})
+    unprotected = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+
+    def refused() -> list[str]:
+        reported: list[str] = []
+        args = ResourceValidationArgs("kubernetes:core/v1:PersistentVolumeClaim", claim, "urn", "state", unprotected, None, {})
+        protected.validate(args, lambda message, urn: reported.append(message))
+        return reported
+
+    servicer = _PolicyAnalyzerServicer("dualsched", "0.1.0", policies, EnforcementLevel.MANDATORY)
+    for stack, refuses in (("dev", False), ("prod", True)):
+        path = ROOT / f"Pulumi.{stack}.yaml"
+        handed, _ = engine_settings(read_stack_document(path), path)
+        servicer.ConfigureStack(analyzer_pb2.AnalyzerStackConfigureRequest(stack=stack, config=handed), None)
+        assert bool(refused()) == refuses, stack
