@@ -43,7 +43,7 @@ def release_config(world: NodeWorld) -> dict:
 @pytest.fixture(scope="module")
 def older(nodes_world: NodeWorld) -> Iterator[Nodes]:
     sockets = [nodes_world.cluster_dir / "nodes" / node / "containerd" / "containerd.sock" for node in NODES]
-    TRIXIE.import_image(nodes_world, sockets)
+    TRIXIE.import_image(nodes_world, sockets, label="multi-node: ")
     with deployed(nodes_world, TRIXIE, release_config(nodes_world), [JOB], label="multi-node: "):
         yield Nodes(nodes_world)
 

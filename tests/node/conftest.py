@@ -28,17 +28,19 @@ def node_world(tmp_path_factory) -> NodeWorld:
         yield world
 
 
-FIRST_MODULE = "test_newer_slurm_node"
-"""Its stack replaces the local one: first, it replaces nothing, and no local stack is torn down and
-deployed again around it."""
+FIRST_MODULES = ("test_newer_slurm_node", "test_node_taints")
+"""The modules that run without the local stack, first, in this order: the Slurm 26.05 stack in its place, then
+the node keeper's own stack, which a running local stack's keeper would fight over the node. No local stack is
+torn down and deployed again around them."""
 
 
 def pytest_collection_modifyitems(items):
-    """This tier's items with FIRST_MODULE's first, in the places they were collected in: the other tiers'
-    items stay where they are."""
+    """This tier's items with FIRST_MODULES' first, in the places they were collected in: the other tiers' items
+    stay where they are."""
     here = Path(__file__).parent
     slots = [k for k, item in enumerate(items) if item.path.parent == here]
-    ordered = sorted((items[k] for k in slots), key=lambda item: item.path.stem != FIRST_MODULE)  # stable
+    first = {name: rank for rank, name in enumerate(FIRST_MODULES)}
+    ordered = sorted((items[k] for k in slots), key=lambda item: first.get(item.path.stem, len(first)))  # stable
     for k, item in zip(slots, ordered):
         items[k] = item
 

@@ -52,13 +52,14 @@ class SlurmRelease:
             pool.pop("containers", None)
         return config
 
-    def import_image(self, world: NodeWorld, sockets: list[Path]) -> None:
-        """Build the image if the cache lacks it and import it into each node's containerd."""
+    def import_image(self, world: NodeWorld, sockets: list[Path], label: str) -> None:
+        """Build the image if the cache lacks it and import it into each node's containerd. ``label`` starts its
+        line in the tier's timings."""
         start = time.monotonic()
         for socket in sockets:
             world.run(["env", f"DUALSCHED_SLURM_SUITE={self.suite}", str(TOOLS / "images.sh"), "import", "--address", str(socket),
                        "slurm"], timeout=900)  # fmt: skip
-        TIMINGS.append((f"{self.image} built or cached, imported into {len(sockets)} node(s)", time.monotonic() - start))
+        TIMINGS.append((f"{label}{self.image} built or cached, imported into {len(sockets)} node(s)", time.monotonic() - start))
 
 
 def remove_stack(world: NodeWorld, stack: str) -> None:

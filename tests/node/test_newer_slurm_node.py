@@ -30,7 +30,7 @@ JOB = {
 
 @pytest.fixture(scope="module")
 def newer(node_world: NodeWorld) -> Iterator[Cluster]:
-    FORKY.import_image(node_world, [node_world.cluster_dir / "node" / "containerd" / "containerd.sock"])
+    FORKY.import_image(node_world, [node_world.cluster_dir / "node" / "containerd" / "containerd.sock"], label="")
     with deployed(node_world, FORKY, local_config(node_world), [JOB], label=""):
         yield Cluster(node_world)
 
