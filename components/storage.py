@@ -132,8 +132,6 @@ class SharedStorageVolumes(pulumi.ComponentResource):
         access_mode = "ReadOnlyMany" if consumer.read_only else "ReadWriteMany"
         source = volume_source(storage, consumer.directory, consumer.read_only)
         volume_labels = {**labels("shared-storage", instance), "dualsched.io/consumer": consumer_name}
-        # Named, not auto-named: the PV names its claim before either exists.
-        claim_name = resource_name
         volume = k8s.core.v1.PersistentVolume(
             resource_name,
             metadata=meta(labels=volume_labels),
@@ -144,23 +142,19 @@ class SharedStorageVolumes(pulumi.ComponentResource):
                 # An empty class keeps a default StorageClass from provisioning a new volume.
                 storage_class_name="",
                 volume_mode="Filesystem",
-                # Bound ahead to our claim: no matching claim of another namespace can take it first.
-                claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=consumer.namespace, name=claim_name),
                 **source,
             ),
-            # A PV bound before it named its claim keeps the reference Kubernetes wrote (with the claim's uid).
-            opts=stateful(self, args.protect, ignore_changes=["spec.claimRef"]),
+            opts=stateful(self, args.protect),
         )
         claim = k8s.core.v1.PersistentVolumeClaim(
             resource_name,
-            metadata=meta(name=claim_name, namespace=consumer.namespace, labels=volume_labels),
+            metadata=meta(namespace=consumer.namespace, labels=volume_labels),
             spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
                 access_modes=[access_mode],
                 storage_class_name="",
                 volume_name=volume.metadata.name,
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage.capacity}),
             ),
-            # A claim created auto-named keeps its name: renaming would replace it and lose its PV.
-            opts=stateful(self, args.protect, ignore_changes=["metadata.name"]),
+            opts=stateful(self, args.protect),
         )
         return claim.metadata.name

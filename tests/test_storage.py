@@ -61,27 +61,6 @@ def test_each_claim_binds_its_own_volume(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_each_volume_is_bound_ahead_to_its_own_claim_and_no_other_can_take_it(stack):
-    """The PV controller gives an unbound claim of any namespace any matching PV, but one whose claimRef names
-    another claim (component-helpers, FindMatchingVolume)."""
-    rendered = render_stack(stack)
-    volumes, claims = _volumes(rendered), _claims(rendered)
-    for consumer, volume_ in volumes.items():
-        assert volume_.manifest["spec"]["claimRef"] == {"namespace": CONSUMERS[consumer], "name": claims[consumer].name}
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_volumes_and_claims_of_a_stack_deployed_before_keep_theirs(stack):
-    """A stack deployed before the claims were named: its claims keep their auto-names (a new name would replace a
-    claim and leave its PV Released), its PVs the claimRef Kubernetes wrote."""
-    rendered = render_stack(stack)
-    volumes, claims = _volumes(rendered), _claims(rendered)
-    for consumer in CONSUMERS:
-        assert rendered.registration(volumes[consumer]).ignore_changes == ("spec.claimRef",)
-        assert rendered.registration(claims[consumer]).ignore_changes == ("metadata.name",)
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_each_claim_is_created_after_its_volume(stack):
     """Pulumi waits for a claim to be Bound: its volume must exist first."""
     rendered = render_stack(stack)
