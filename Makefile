@@ -83,7 +83,6 @@ test-multinode: venv tools images
 # seed's training job (examples/train_multinode.sbatch)
 images: slurm-deps
 	tools/images.sh build
-	DUALSCHED_SLURM_SUITE=trixie tools/images.sh build slurm
 	DUALSCHED_SLURM_SUITE=forky tools/images.sh build slurm
 	tools/images.sh squashfs torch
 

@@ -9,9 +9,8 @@
   slurmctld), its hostPath shared directory one directory of this machine that every node sees at
   the same path.
 
-First, before it, the same stack on Slurm 24.11 (Debian trixie) as a stack of its own, removed again
-(test_slurm_24_11_across_nodes). The modules act on that one deployment, in the order an operator would
-check a new cluster (MODULE_ORDER): nodes and jobs across them, the seed's training job, a slurmd rollout through the
+The modules act on that one deployment, in the order an operator would check a new cluster
+(MODULE_ORDER): nodes and jobs across them, the seed's training job, a slurmd rollout through the
 nodes, then the loss of the primary controller's node. It is stopped and removed when the tier ends
 (``DUALSCHED_MULTINODE_KEEP=1`` keeps it). Namespaced real nodes are one set per machine: any other
 set running (``make up``'s) is stopped first, and the tier says so; the one-node tier's node (this
@@ -38,11 +37,9 @@ from .multi_node_support import NODES, Nodes  # noqa: E402
 NODE_COUNT = len(NODES)
 """The local stack's nodes (Pulumi.local.yaml: gpu-real-1, and gpu-real-[2-3])."""
 MODULE_ORDER = (
-    "test_slurm_24_11_across_nodes", "test_multi_node", "test_training_across_nodes", "test_slurmd_rollout_across_nodes",
-    "test_controller_failover",
+    "test_multi_node", "test_training_across_nodes", "test_slurmd_rollout_across_nodes", "test_controller_failover",
 )
-"""Slurm 24.11 first: its stack takes the local stack's place, before that is deployed. Failover last: it takes a
-node away and brings it back; the flows before it want every node."""
+"""Failover last: it takes a node away and brings it back; the flows before it want every node."""
 
 
 def pytest_collection_modifyitems(items):

@@ -1,5 +1,5 @@
-"""The local stack on another Slurm release than Debian 12's 22.05, from Debian's own packages of it: trixie's
-24.11 (the multi-node tier) and forky's 26.05 (the one-node tier) bracket the 25.11 of the default images.
+"""The local stack on another Slurm release than Debian 12's 22.05, from Debian's own packages of it (forky's
+26.05, past the 25.11 of the default images; tools/images.sh builds trixie's 24.11 the same way).
 
 Each runs as a stack of its own (a fresh controller state and database: Slurm upgrades state by at most two
 releases, never from 22.05), with the local stack's namespaces and names: so the local stack is removed
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Iterator
 from e2e_support import TIMINGS, TOOLS, tail
 from node_support import NodeWorld
 from test_real_node import STACK as LOCAL_STACK
-from test_real_node import INFERENCE_NS, JOBS_NS, SLURM_NS
+from test_real_node import INFERENCE_NS, JOBS_NS, SLURM_NS, finished_job, job_logs, wait_until
 
 SLURM_IMAGES = ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")
 
@@ -99,3 +100,14 @@ def deployed(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[d
         yield
     finally:
         remove_stack(world, release.stack)
+
+
+def slurm_job_of(world: NodeWorld, job: dict) -> tuple[int, str]:
+    """The Kubernetes Job ``job`` once it succeeded: the Slurm job it submitted (with a minted token) and what that
+    job wrote to its ``--output`` on /shared."""
+    k8s_job = wait_until("the sbatch Job to finish", lambda: finished_job(world, job["name"]), timeout=300)
+    logs = job_logs(world, job["name"], "sbatch")
+    assert k8s_job["status"].get("succeeded") == 1, logs + job_logs(world, job["name"], "slurm-token")
+    job_id = int(re.search(r"Submitted batch job (\d+)", logs).group(1))
+    [output] = [arg.removeprefix("--output=/shared/") for arg in job["args"] if arg.startswith("--output=")]
+    return job_id, (world.shared / output.replace("%j", str(job_id))).read_text()

@@ -15,8 +15,8 @@ from typing import Iterator, Optional
 import pytest
 
 from node_support import NodeWorld, local_config
-from slurm_releases import SlurmRelease, deployed
-from test_real_node import INFERENCE_NS, NODE, SLURM_NS, Cluster, all_ready, finished_job, job_logs, wait_until
+from slurm_releases import SlurmRelease, deployed, slurm_job_of
+from test_real_node import INFERENCE_NS, NODE, SLURM_NS, Cluster, all_ready, wait_until
 
 pytestmark = pytest.mark.node
 
@@ -66,12 +66,7 @@ def test_the_cloud_node_registers_its_address_without_cloud_reg_addrs(newer):
 
 
 def test_a_kubernetes_job_runs_a_gpu_job_as_its_user(newer):
-    world = newer.world
-    k8s_job = wait_until("the sbatch Job to finish", lambda: finished_job(world, JOB["name"]), timeout=300)
-    logs = job_logs(world, JOB["name"], "sbatch")
-    assert k8s_job["status"].get("succeeded") == 1, logs + job_logs(world, JOB["name"], "slurm-token")
-    newer.job_id = int(re.search(r"Submitted batch job (\d+)", logs).group(1))
-    output = (world.shared / "jobs" / f"newer-{newer.job_id}.out").read_text()
+    newer.job_id, output = slurm_job_of(newer.world, JOB)
     assert re.fullmatch(r"user=alice gpus=\d+\n", output), output
 
 
