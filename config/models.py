@@ -204,7 +204,7 @@ class GpuAutoDetect(str, Enum):
     """Ask NVML (gpu/nvml): only a Slurm built with NVML has it. Slinky's images are not (BUILD_NVML,
     src/plugins/gpu/Makefile.am)."""
     OFF = "off"
-    """No NVML: a node's GPUs are /dev/nvidia0..N-1 of its slurmd container (runtimes that number a container's GPUs from 0)."""
+    """Not detected: a node's GPUs are /dev/nvidia0..N-1 of its slurmd container (runtimes that number a container's GPUs from 0)."""
 
 
 class Images(Model):

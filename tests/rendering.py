@@ -144,6 +144,11 @@ def at_release(raw: dict[str, Any], release: str) -> dict[str, Any]:
     return raw
 
 
+def own_images(release: str) -> dict[str, str]:
+    """A site's own Slurm images of ``release`` (built as the site chooses, NVML included), by config key."""
+    return {to_camel(key): f"registry.example/hpc/{key}:{release}.8" for key in SLURM_IMAGES}
+
+
 def variant(name: str, edit) -> dict[str, Any]:
     """A stack's raw config after ``edit(raw)`` (which mutates it in place)."""
     raw = raw_stack(name)

@@ -17,7 +17,7 @@ from dualsched.components.compute import (
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
 from dualsched.config import parse_stack_config
-from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
+from rendering import container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"
 GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
@@ -192,8 +192,8 @@ def test_slurmd_does_not_start_where_the_driver_lists_gpus_of_other_pods(tmp_pat
 
 def test_slurmd_whose_gpus_are_listed_or_detected_by_nvml_counts_nothing():
     for detection in ("off", "nvml"):
-        raw = variant("dev", lambda raw: raw["slurm"].update(gpuAutoDetect=detection, release="24.05") or raw.setdefault("images", {}).update(
-            {key: f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd", "login")}))
+        raw = variant("dev", lambda raw: raw["slurm"].update(gpuAutoDetect=detection, release="24.05")
+                      or raw.setdefault("images", {}).update(own_images("24.05")))  # fmt: skip
         command = container(_daemonsets(render_raw(raw))["gpu"], "slurmd")["command"][2]
         assert NVIDIA_PROC_GPUS not in command, detection
 

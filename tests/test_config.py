@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dualsched.config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
 from dualsched.config.checks import Problem
 from dualsched.config.models import PoolMode, Taint, TaintEffect
+from rendering import own_images
 from tests.conftest import ROOT, raw_stack, stack_file
 
 SLURM_TAINT = "dualsched.io/slurm"
@@ -175,7 +176,7 @@ def test_images_the_stack_does_not_run_need_not_match_the_release(prod_raw):
 
 def test_gpus_are_detected_by_nvml_where_the_images_have_it(prod_raw):
     prod_raw["slurm"].update(release="24.05", gpuAutoDetect="nvml")
-    prod_raw["images"].update({key: f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")})
+    prod_raw["images"].update(own_images("24.05"))
     assert parse_stack_config(prod_raw).slurm.gpu_detection.value == "nvml"
 
 
@@ -416,7 +417,7 @@ INVALID = [
     Invalid("gpu-detection-nvml-with-slinky-images", "prod", {"slurm.gpuAutoDetect": "nvml"},
             "slurm.gpuAutoDetect", "images.slurmd (ghcr.io/slinkyproject/slurmd:25.11.6-ubuntu24.04) is built without NVML"),
     Invalid("gpu-detection-nvidia-before-24.11", "prod", {"slurm.gpuAutoDetect": "nvidia", "slurm.release": "24.05", **{
-            f"images.{key}": f"registry.example/hpc/{key}:24.05.8" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")}},
+            f"images.{key}": image for key, image in own_images("24.05").items()}},
             "slurm.gpuAutoDetect", "AutoDetect=nvidia needs Slurm 24.11 or later, and slurm.release is 24.05"),
     # the RDMA fabric
     Invalid("fabric-on-a-kubernetes-pool", "dev", {"pools[0].mode": "kubernetes", "pools[0].slurmGpus": DELETE,

@@ -28,7 +28,7 @@ from dualsched.components.slurm_files import (
     restart_hash,
 )
 from dualsched.config import ConfigError, StackConfig, parse_stack_config
-from rendering import at_release
+from rendering import at_release, own_images
 from tests.conftest import STACKS, raw_stack
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -378,7 +378,7 @@ def test_gpus_are_detected_by_the_plugin_every_build_of_the_release_has(release:
     """gpu/nvidia (24.11 on) needs no library; before it only NVML detects, in a Slurm built with it (a site's own images)."""
     raw = raw_stack("prod")
     raw["slurm"]["release"] = release
-    raw["images"].update({key: f"registry.example/hpc/{key}:{release}.1" for key in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")})
+    raw["images"].update(own_images(release))
     assert lines(render(parse_stack_config(raw))["gres.conf"], "AutoDetect") == [f"AutoDetect={plugin}"]
 
 

@@ -17,7 +17,6 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 from e2e_support import TIMINGS, TOOLS, tail
@@ -45,22 +44,18 @@ class SlurmRelease:
         return f"slurm-{self.release.replace('.', '-')}"
 
     def config(self, config: dict) -> dict:
-        """``config`` with this release's image for every Slurm daemon, and no job steps in containers: Pyxis
-        is built against Debian 12's Slurm only (tools/images.sh slurmd-pyxis)."""
+        """``config`` with this release's image for every Slurm daemon."""
         config["images"].update({name: self.image for name in SLURM_IMAGES})
         config["slurm"]["release"] = self.release
-        for pool in config["pools"]:
-            pool.pop("containers", None)
         return config
 
-    def import_image(self, world: NodeWorld, sockets: list[Path], label: str) -> None:
-        """Build the image if the cache lacks it and import it into each node's containerd. ``label`` starts its
-        line in the tier's timings."""
+    def import_image(self, world: NodeWorld) -> None:
+        """Build the image if the cache lacks it and import it into the node's containerd."""
+        socket = world.cluster_dir / "node" / "containerd" / "containerd.sock"
         start = time.monotonic()
-        for socket in sockets:
-            world.run(["env", f"DUALSCHED_SLURM_SUITE={self.suite}", str(TOOLS / "images.sh"), "import", "--address", str(socket),
-                       "slurm"], timeout=900)  # fmt: skip
-        TIMINGS.append((f"{label}{self.image} built or cached, imported into {len(sockets)} node(s)", time.monotonic() - start))
+        world.run(["env", f"DUALSCHED_SLURM_SUITE={self.suite}", str(TOOLS / "images.sh"), "import", "--address", str(socket), "slurm"],
+                  timeout=900)  # fmt: skip
+        TIMINGS.append((f"{self.image} built or cached, imported", time.monotonic() - start))
 
 
 def remove_stack(world: NodeWorld, stack: str) -> None:
@@ -78,25 +73,20 @@ def remove_stack(world: NodeWorld, stack: str) -> None:
     assert destroyed.returncode == 0, tail(destroyed.stdout + destroyed.stderr)
 
 
-def up_on(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict], label: str) -> None:
-    """`pulumi up` of ``config`` on ``release``, as its own stack, with ``jobs`` (tests/node/program.py). ``label``
-    starts its line in the tier's timings."""
+@contextlib.contextmanager
+def deployed(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict]) -> Iterator[None]:
+    """``config`` on ``release`` as its own stack, with ``jobs`` (tests/node/program.py), in place of a local stack;
+    removed at the end."""
     from pulumi import automation as auto
 
+    remove_stack(world, LOCAL_STACK)
     stack = world.stack(release.stack, release.config(config))
     stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps(jobs)))
-    start = time.monotonic()
-    result = stack.up(on_output=lambda _: None, color="never")
-    TIMINGS.append((f"{label}pulumi up of the local stack on Slurm {release.release}", time.monotonic() - start))
-    assert result.summary.result == "succeeded", tail(result.stdout)
-
-
-@contextlib.contextmanager
-def deployed(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict], label: str) -> Iterator[None]:
-    """``config`` on ``release`` (up_on) in place of a local stack; removed at the end."""
-    remove_stack(world, LOCAL_STACK)
     try:
-        up_on(world, release, config, jobs, label)
+        start = time.monotonic()
+        result = stack.up(on_output=lambda _: None, color="never")
+        TIMINGS.append((f"pulumi up of the local stack on Slurm {release.release}", time.monotonic() - start))
+        assert result.summary.result == "succeeded", tail(result.stdout)
         yield
     finally:
         remove_stack(world, release.stack)

@@ -30,8 +30,8 @@ JOB = {
 
 @pytest.fixture(scope="module")
 def newer(node_world: NodeWorld) -> Iterator[Cluster]:
-    FORKY.import_image(node_world, [node_world.cluster_dir / "node" / "containerd" / "containerd.sock"], label="")
-    with deployed(node_world, FORKY, local_config(node_world), [JOB], label=""):
+    FORKY.import_image(node_world)
+    with deployed(node_world, FORKY, local_config(node_world), [JOB]):
         yield Cluster(node_world)
 
 
