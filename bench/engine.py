@@ -1,6 +1,7 @@
 """Fleet scale through the real engine: `pulumi up/preview/destroy` against a local control plane.
 
     flock /tmp/dualsched-realtier.lock python -m bench.engine            # 256, 1024, 4096 nodes (make bench-engine)
+    python -m bench.engine --report-only    # both reports again from the JSON (the machine line: this machine's)
     flock /tmp/dualsched-realtier.lock python -m bench.engine --sizes 256 --no-write
 
 For each size (bench/fleet.py: 8 GPUs per node, 8 pools) and each program (``library`` =
@@ -523,6 +524,15 @@ def verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+DOC_BEGIN, DOC_END = "<!-- bench-engine:begin -->", "<!-- bench-engine:end -->"
+"""The markers of this table in docs/benchmark.md, which every written report rewrites."""
+
+
+def recorded(rows: list[dict]) -> str:
+    """The table and verdicts, as bench/ENGINE-RESULTS.md and docs/benchmark.md record them."""
+    return "\n".join([table(rows), "", *verdicts(rows)])
+
+
 def report(rows: list[dict], command: str, sizes) -> str:
     machine = f"{platform.node() or 'this machine'}: {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB RAM, Linux {platform.release()}, load average {os.getloadavg()[0]:.1f} at the end"
     return "\n".join([
@@ -536,9 +546,7 @@ def report(rows: list[dict], command: str, sizes) -> str:
         "held at once = the largest sum of the tree's current RSS over the samples (what the machine must hold);",
         "API requests = what the provider's own user had dispatched by the API server during the operation.",
         "",
-        table(rows),
-        "",
-        *verdicts(rows),
+        recorded(rows),
         "",
     ])
 
@@ -572,6 +580,7 @@ def main(argv=None) -> int:
     parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "engine-results.json", help="raw rows (appended per size)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "ENGINE-RESULTS.md")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmark.md", help="page whose recorded table is rewritten")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS, help="a prefix of the operations (up first)")
@@ -598,8 +607,11 @@ def main(argv=None) -> int:
     text = report(rows, command, args.sizes)
     print(text)
     if not args.no_write:
+        from bench.bench import replace_between
+
         args.out.write_text(text)
-        log(f"wrote {args.out}")
+        replace_between(args.doc, DOC_BEGIN, DOC_END, recorded(rows))
+        log(f"wrote {args.out} and the table of {args.doc}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The config reference, generated from the models so it cannot drift from them.
 
-    python -m dualsched.config.reference            # prints the Markdown table
-    python -m dualsched.config.reference README.md  # rewrites the table between the README's markers
+    python -m dualsched.config.reference                         # prints the Markdown table
+    python -m dualsched.config.reference docs/configuration.md   # rewrites the table between that page's markers
 
 Each row is one key as written in a stack file (``dualsched:<key>`` at the top
 level, then the ``--path`` below it), its type, its default and its description.

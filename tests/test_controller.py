@@ -103,7 +103,7 @@ def test_state_claim_survives_the_program(stack, protect):
 @pytest.mark.parametrize(("stack", "protect"), [("dev", False), ("prod", True)])
 def test_state_claim_namespace_is_kept_too(stack, protect):
     """Deleting a namespace deletes every claim in it: a retained claim survives a destroy only in a
-    namespace that is retained as well (README, "Data that outlives the program")."""
+    namespace that is retained as well (docs/deploy.md, "Data that outlives the program")."""
     rendered = render_stack(stack)
     namespace = rendered.named("Namespace", _state_claim(rendered).namespace)
     registration = rendered.registration(namespace)

@@ -450,7 +450,7 @@ def destroyed(world: World, dedicated: Deployed) -> Destroyed:
         timed("destroy (dev, refused: ClusterName lock)", dedicated.stack.destroy, color="never")
     resources = dedicated.stack.export_stack().deployment["resources"]
     left = [r["type"] for r in resources if not r["type"].startswith("pulumi:")]
-    # ... which goes too once it is unprotected on purpose (README, "Data that outlives the program")
+    # ... which goes too once it is unprotected on purpose (docs/deploy.md, "Data that outlives the program")
     (lock,) = [r["urn"] for r in resources if r["urn"].endswith(CLUSTER_NAME_LOCK)]
     world.run(["pulumi", "state", "unprotect", lock, "--stack", "dev", "--yes", "--cwd", str(world.project)])
     result = timed("destroy (dev)", dedicated.stack.destroy, color="never")
