@@ -100,7 +100,7 @@ dist: venv
 
 ## The component package's generated input types and schema (package/, docs/component-package.md)
 package-schema: venv
-	$(PY) -m package.gen_types
+	$(PY) -m dualsched.package.gen_types
 
 bench: venv
 	$(PY) -m bench.bench

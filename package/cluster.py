@@ -32,7 +32,7 @@ from pulumi.runtime import rpc
 from pydantic import BaseModel
 
 from dualsched.components.cluster import DualScheduledCluster
-from package.config_types import ClusterConfig
+from dualsched.package.config_types import ClusterConfig
 from dualsched.config.checks import Problem
 from dualsched.config.loader import HIDDEN, SECRET_FIELDS, ConfigError, parse_stack_config
 from dualsched.config.models import StackConfig
@@ -201,7 +201,7 @@ def schema() -> dict[str, Any]:
 
 
 def serve(args: Iterable[str]) -> None:
-    """Run the component provider (package/__main__.py): schema inferred from the type hints above."""
+    """Run the component provider (dualsched/package/__main__.py): schema inferred from the type hints above."""
     from pulumi.provider import main
     from pulumi.provider.experimental.component import ComponentProvider
 

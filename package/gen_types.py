@@ -6,8 +6,8 @@ with the model's field docstrings, so the schema other languages see is the conf
 (same camelCase keys, same defaults left to dualsched). Validation stays in config.loader: the types
 only shape the input; bounds, patterns and cross-field rules are checked by parse_stack_config.
 
-    python -m package.gen_types            # rewrite config_types.py and schema.json
-    python -m package.gen_types --check    # exit 1 if either is stale (tests/test_component_package.py)
+    python -m dualsched.package.gen_types            # rewrite config_types.py and schema.json
+    python -m dualsched.package.gen_types --check    # exit 1 if either is stale (tests/test_component_package.py)
 
 schema.json is the schema the provider infers from these types (``pulumi package get-schema package``
 returns the same; the e2e tier checks that with the real CLI): a reference for consumers and reviewers.
@@ -136,12 +136,12 @@ def schema_text() -> str:
     import importlib
     import json
 
-    import package.cluster
-    import package.config_types
+    import dualsched.package.cluster
+    import dualsched.package.config_types
 
-    importlib.reload(package.config_types)
-    importlib.reload(package.cluster)
-    return json.dumps(package.cluster.schema(), indent=2, sort_keys=True) + "\n"
+    importlib.reload(dualsched.package.config_types)
+    importlib.reload(dualsched.package.cluster)
+    return json.dumps(dualsched.package.cluster.schema(), indent=2, sort_keys=True) + "\n"
 
 
 def main(argv: list[str]) -> int:
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
         if not stale and (not SCHEMA.exists() or SCHEMA.read_text() != schema_text()):
             stale.append(str(SCHEMA))
         if stale:
-            print(f"{' and '.join(stale)} stale: run python -m package.gen_types", file=sys.stderr)
+            print(f"{' and '.join(stale)} stale: run python -m dualsched.package.gen_types", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text)

@@ -19,8 +19,8 @@ from pulumi.runtime import rpc
 
 from dualsched.config import ConfigError, StackConfig
 from dualsched.config.loader import HIDDEN
-from package import gen_types
-from package.cluster import SOURCE, config_from_inputs, invalid_inputs, schema, to_config_keys
+from dualsched.package import gen_types
+from dualsched.package.cluster import SOURCE, config_from_inputs, invalid_inputs, schema, to_config_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "dualsched:"
@@ -35,7 +35,7 @@ def snake(config):
     """What the provider hands Cluster: the inferred Python names (the schema's camelCase, un-camelled)."""
     from pulumi.provider.experimental.util import camel_case
 
-    from package.cluster import _model_of
+    from dualsched.package.cluster import _model_of
 
     def walk(value, model):
         if isinstance(value, list):
@@ -63,7 +63,7 @@ def settled(value, *, known=True, secret=False):
 
 
 def test_generated_types_and_schema_are_fresh():
-    assert gen_types.main(["--check"]) == 0, "run: python -m package.gen_types"
+    assert gen_types.main(["--check"]) == 0, "run: python -m dualsched.package.gen_types"
 
 
 def test_schema_is_the_config_with_its_keys_types_and_docs():
@@ -126,7 +126,7 @@ def test_a_secret_is_refused_where_it_would_be_written_in_plain_text():
 
 def test_the_component_builds_what_the_dualsched_program_builds():
     """Under mocks: Cluster from inputs registers the same Kubernetes objects as the stack's own program."""
-    from package.cluster import Cluster
+    from dualsched.package.cluster import Cluster
     from rendering import render_stack, render_with_registrations
 
     raw = dev_config()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -15,26 +16,14 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
-# The source folders and where the wheel puts them: one top-level name, dualsched (pyproject.toml).
-SOURCES = {"dualsched": "dualsched", "components": "dualsched/components", "config": "dualsched/config",
-           "policy": "dualsched/policy", "examples": "dualsched/examples"}
+from wheel_support import ROOT, SOURCES, STARTER, build_dist, fresh_venv, starter_project
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """The sdist and the wheel PyPA's build makes (`make dist`), the wheel from the sdist, so that the sdist
     holds all a build needs; from a copy of the sources: a build leaves build/ and *.egg-info behind it."""
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    for folder in SOURCES:
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("dist")
-    build = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(source)],
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    return out
+    return build_dist(tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +212,85 @@ def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(co
                   "print(sorted(p.name for p in pack.iterdir() if p.suffix in ('.yaml', '.json', '.txt')), callable(example.main))")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['PulumiPolicy.yaml', 'requirements.txt'] True\n"
+
+
+# ------------------------------------------------------------------ the component package, installed
+
+
+def test_the_wheels_component_package_runs_in_the_venv_it_is_installed_in(wheel):
+    """The checkout's package/ runs in the checkout's .venv; the wheel's, five directories up from
+    <venv>/lib/pythonX.Y/site-packages/dualsched/package: the venv itself (setup.py writes it)."""
+    assert yaml.safe_load((ROOT / "package/PulumiPlugin.yaml").read_text())["runtime"]["options"] == {"virtualenv": "../.venv"}
+    plugin = yaml.safe_load(wheel.read("dualsched/package/PulumiPlugin.yaml"))
+    assert plugin["runtime"] == {"name": "python", "options": {"virtualenv": "../../../../.."}}
+    assert {"dualsched/package/__main__.py", "dualsched/package/schema.json"} <= set(wheel.namelist())
+
+
+def test_dualsched_package_dir_prints_the_installed_plugin_that_runs_in_this_venv(consumer, tmp_path):
+    bin_dir, _ = consumer
+    found = _run(consumer, "dualsched-package-dir")
+    assert found.returncode == 0, found.stderr
+    directory = Path(found.stdout.strip())
+    venv = bin_dir.parent.resolve()
+    assert directory.is_relative_to(venv / "lib") and directory.parts[-2:] == ("dualsched", "package")
+    assert (directory / "PulumiPlugin.yaml").is_file() and (directory / "__main__.py").is_file()
+    assert (directory / "../../../../..").resolve() == venv  # what Pulumi resolves `virtualenv` to
+    # the provider's modules import in that venv, from outside any checkout
+    provider = _run(consumer, "python", "-c", "import dualsched.package.cluster as c; print(sorted(c.schema()['resources']))")
+    assert provider.returncode == 0 and provider.stdout == "['dualsched:index:Cluster']\n", provider.stderr
+    # another Python with the same files on its path is not the one Pulumi would run: refused, with the fix
+    other = subprocess.run([sys.executable, "-m", "dualsched.package.locate"], cwd=tmp_path, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(directory.parent.parent)}, timeout=120)  # fmt: skip
+    assert other.returncode == 1 and other.stdout == "", other.stdout + other.stderr
+    assert f"runs in the virtual environment {venv}" in other.stderr and "install dualsched into a virtual environment" in other.stderr
+
+
+# ------------------------------------------------------------------ the starter template (templates/gpu-cluster)
+
+
+def test_the_starter_is_a_pulumi_template_with_one_stack_and_dualsched_by_range():
+    project = yaml.safe_load((STARTER / "Pulumi.yaml").read_text())
+    assert project["name"] == "${PROJECT}" and project["runtime"]["name"] == "python"
+    prompts = project["template"]["config"]
+    assert set(prompts) == {"dualsched:environment", "dualsched:kubernetesVersion"}
+    assert all(p["description"] and "default" in p for p in prompts.values())
+    assert sorted(p.name for p in STARTER.glob("Pulumi.*.yaml")) == ["Pulumi.dev.yaml"]
+    lines = [line.split("#")[0].strip() for line in (STARTER / "requirements.txt").read_text().splitlines()]
+    [dualsched] = [Requirement(line) for line in lines if line.startswith("dualsched")]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert {s.operator for s in dualsched.specifier} == {">=", "<"} and dualsched.specifier.contains(version)
+
+
+@pytest.fixture(scope="module")
+def starter(wheel, tmp_path_factory) -> Path:
+    """A project from the template, outside the checkout, with its own fresh venv (Pulumi.yaml: virtualenv venv):
+    the wheel and the template's requirements.txt, dependencies at the app's pins."""
+    project = starter_project(tmp_path_factory.mktemp("starter") / "gpu-starter")
+    fresh_venv(project / "venv", wheel.filename, "-r", str(project / "requirements.txt"), "-c", str(ROOT / "requirements.txt"))
+    return project
+
+
+def test_the_starters_own_tests_pass_with_the_public_mocks(starter):
+    result = subprocess.run([str(starter / "venv/bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                            cwd=starter, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout, result.stdout
+
+
+def test_the_starters_ci_step_renders_reports_and_checks_each_stack(starter, tmp_path):
+    """The workflow's own script (.github/workflows/preview.yml), as a push runs it (no base branch)."""
+    workflow = yaml.safe_load((starter / ".github/workflows/preview.yml").read_text())
+    [step] = [s for s in workflow["jobs"]["stacks"]["steps"] if s.get("name") == "Render, report and policy, each stack"]
+    summary = tmp_path / "summary.md"
+    env = {"PATH": f"{starter / 'venv/bin'}:/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(summary),
+           "GITHUB_WORKSPACE": str(starter), "BASE": "", "HOME": str(tmp_path)}
+    result = subprocess.run(["bash", "-c", step["run"]], cwd=starter, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(p.name.startswith("statefulset-") for p in (starter / "build/head/dev").rglob("*.yaml"))
+    assert (starter / "build/head/dev/.dualsched-render.json").is_file()
+    report = (starter / "build/report-dev.md").read_text()
+    assert "Stack dev (new)" in report and summary.read_text() == report
+    assert "policy: Pulumi.dev.yaml (environment dev): every rule passes" in result.stdout, result.stdout + result.stderr
 
 
 # ------------------------------------------------------------------ the checkout's own folders

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from e2e_support import ROOT, TIMINGS, World, tail
-from package.cluster import schema as package_schema
+from dualsched.package.cluster import schema as package_schema
 
 pytestmark = pytest.mark.e2e
 
