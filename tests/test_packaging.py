@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import re
 import subprocess
 import sys
 import tomllib
@@ -259,6 +259,11 @@ def test_the_starter_is_a_pulumi_template_with_one_stack_and_dualsched_by_range(
     [dualsched] = [Requirement(line) for line in lines if line.startswith("dualsched")]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert {s.operator for s in dualsched.specifier} == {">=", "<"} and dualsched.specifier.contains(version)
+    # its CI holds no secret and runs actions by commit, as dualsched's own (tests/test_ci.py)
+    workflow = yaml.safe_load((STARTER / ".github/workflows/preview.yml").read_text())
+    assert workflow["permissions"] == {"contents": "read"} and "secrets." not in str(workflow)
+    uses = [step["uses"] for job in workflow["jobs"].values() for step in job["steps"] if "uses" in step]
+    assert uses and all(re.fullmatch(r"[\w./-]+@[0-9a-f]{40}", u) for u in uses), uses
 
 
 @pytest.fixture(scope="module")
