@@ -29,7 +29,8 @@ def meta(
     labels: Optional[Mapping[str, str]] = None,
     annotations: Optional[Mapping[str, pulumi.Input[str]]] = None,
 ) -> k8s.meta.v1.ObjectMetaArgs:
-    """ObjectMeta; ``name`` only where DNS or Slurm resolves it, else Pulumi auto-names."""
+    """ObjectMeta; ``name`` only where something must know it first (DNS, Slurm, a PV's claimRef), else Pulumi
+    auto-names."""
     return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=labels, annotations=annotations)
 
 

@@ -171,9 +171,13 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _digest(urn: str) -> str:
+    return hashlib.sha256(urn.encode()).hexdigest()
+
+
 def _auto_name(name: str, urn: str) -> str:
     # The provider appends a random suffix; a digest of the URN keeps renders comparable.
-    return f"{name}-{hashlib.sha256(urn.encode()).hexdigest()[:8]}"
+    return f"{name}-{_digest(urn)[:8]}"
 
 
 class RenderMocks(pulumi.runtime.Mocks):
@@ -190,6 +194,10 @@ class RenderMocks(pulumi.runtime.Mocks):
         elif args.typ == "random:index/randomPassword:RandomPassword":
             alphabet = string.ascii_letters + string.digits
             self._generated(args, state, result="".join(secrets.choice(alphabet) for _ in range(int(state["length"]))))
+        elif args.typ == "random:index/randomString:RandomString":
+            # lower-case letters and digits, as the program asks; from the URN, like names, so renders compare.
+            # Names, not secrets: they appear in every object that mounts a claim.
+            state["result"] = _digest(f"{args.typ}::{args.name}")[: int(state["length"])]
         elif args.typ.startswith("kubernetes:"):
             self._kubernetes(args, state)
         return f"{args.name}-id", state
@@ -400,8 +408,8 @@ OPTIONS_FILE = "resource-options.json"
 """Beside the objects: the Pulumi options no manifest shows, which the change report reads."""
 
 
-def resource_options(render: Render) -> dict[str, dict[str, bool]]:
-    """``protect`` and ``retainOnDelete`` by object file, for the objects that have either."""
+def resource_options(render: Render) -> dict[str, dict[str, Any]]:
+    """``protect``, ``retainOnDelete`` and ``ignoreChanges`` by object file, for the objects that have any."""
     registrations: dict[tuple[str, str], list[Registration]] = {}
     for registration in filter(lambda r: r.custom, render.registrations):
         registrations.setdefault((registration.type, registration.name), []).append(registration)
@@ -413,8 +421,9 @@ def resource_options(render: Render) -> dict[str, dict[str, bool]]:
         if registration is None or others:
             continue
         flags = {"protect": registration.protect, "retainOnDelete": registration.retain_on_delete}
-        if any(flags.values()):
-            options[_object_path(obj)] = {name: True for name, on in flags.items() if on}
+        ignored = {"ignoreChanges": list(registration.ignore_changes)} if registration.ignore_changes else {}
+        if any(flags.values()) or ignored:
+            options[_object_path(obj)] = {**{name: True for name, on in flags.items() if on}, **ignored}
     return options
 
 

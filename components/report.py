@@ -345,24 +345,101 @@ def _identity(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
     return manifest.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")
 
 
-def read_render(directory: Path) -> tuple[dict[tuple[str, str, str], dict], dict[str, str], set[tuple[str, str, str]]]:
-    """The objects (by kind, namespace, name), Slurm files and protected objects of one render directory."""
-    objects, protected = {}, set()
+Identity = tuple[str, str, str]
+"""An object's kind, namespace and name."""
+
+
+@dataclass
+class RenderDirectory:
+    """One render directory as the report reads it."""
+
+    objects: dict[Identity, dict]
+    files: dict[str, str]
+    """The Slurm files."""
+    protected: set[Identity]
+    ignored: dict[Identity, tuple[str, ...]]
+    """The properties whose changes an object's Pulumi options ignore (ignoreChanges), as dotted paths."""
+
+
+def read_render(directory: Path) -> RenderDirectory:
     options_file = directory / OPTIONS_FILE
     options = json.loads(options_file.read_text()) if options_file.is_file() else {}
+    render = RenderDirectory({}, {}, set(), {})
     for path in sorted(directory.rglob("*.yaml")):
         relative = path.relative_to(directory)
         if "slurm-files" in relative.parts:
             continue
         manifest = yaml.safe_load(path.read_text())
         if isinstance(manifest, dict) and manifest.get("kind"):
-            objects[_identity(manifest)] = manifest
-            if (options.get(relative.as_posix()) or {}).get("protect"):
-                protected.add(_identity(manifest))
-    files = {name: (directory / "slurm-files" / name).read_text() for name in SLURM_FILES if (directory / "slurm-files" / name).is_file()}
-    if not files:
-        files = slurm_files(objects.values())
-    return objects, files, protected
+            identity, flags = _identity(manifest), options.get(relative.as_posix()) or {}
+            render.objects[identity] = manifest
+            if flags.get("protect"):
+                render.protected.add(identity)
+            if flags.get("ignoreChanges"):
+                render.ignored[identity] = tuple(flags["ignoreChanges"])
+    render.files = {name: (directory / "slurm-files" / name).read_text() for name in SLURM_FILES if (directory / "slurm-files" / name).is_file()}
+    if not render.files:
+        render.files = slurm_files(render.objects.values())
+    return render
+
+
+def _auto_name_prefix(name: str) -> str:
+    """A name less what Pulumi's auto-naming adds to a resource's name: a dash and a random suffix."""
+    return name.rsplit("-", 1)[0]
+
+
+def _renamed(value: Any, names: Mapping[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _renamed(item, names) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed(item, names) for item in value]
+    return names.get(value, value) if isinstance(value, str) else value
+
+
+def _earlier_names(base: RenderDirectory, head: RenderDirectory) -> dict[str, str]:
+    """Head's name -> base's, for the objects that ignore changes to their name and are new by name: the base
+    object of the same kind and namespace, gone from head, whose name less the auto-name suffix is the same
+    (the same resource, which Pulumi had named)."""
+    names = {}
+    for (kind, namespace, name), paths in head.ignored.items():
+        if "metadata.name" not in paths or (kind, namespace, name) in base.objects:
+            continue
+        earlier = [k for k in base.objects if k[:2] == (kind, namespace) and k not in head.objects
+                   and _auto_name_prefix(k[2]) == _auto_name_prefix(name)]  # fmt: skip
+        if len(earlier) == 1:
+            names[name] = earlier[0][2]
+    return names
+
+
+def _kept(new: dict, old: Mapping[str, Any], path: str) -> None:
+    """``new`` with ``old``'s value at a dotted path (absent where old has none)."""
+    *parents, leaf = path.split(".")
+    source: Any = old
+    for key in parents:
+        source = source.get(key, {}) if isinstance(source, Mapping) else {}
+        new = new.setdefault(key, {})
+    if isinstance(source, Mapping) and leaf in source:
+        new[leaf] = source[leaf]
+    else:
+        new.pop(leaf, None)
+
+
+def as_applied_over(base: RenderDirectory, head: RenderDirectory) -> RenderDirectory:
+    """``head`` as the engine applies it over ``base``'s stack: what a resource's ignoreChanges names keeps the
+    base's value, its name included (and so does every reference to that name)."""
+    names = _earlier_names(base, head)
+
+    def renamed(identity: Identity) -> Identity:
+        kind, namespace, name = identity
+        return kind, namespace, names.get(name, name)
+
+    objects = {_identity(manifest): manifest for manifest in (_renamed(m, names) for m in head.objects.values())}
+    ignored = {renamed(identity): paths for identity, paths in head.ignored.items()}
+    for identity, paths in ignored.items():
+        if identity in base.objects and identity in objects:
+            for path in paths:
+                _kept(objects[identity], base.objects[identity], path)
+    return RenderDirectory(objects, head.files, set(map(renamed, head.protected)), ignored)
 
 
 def _nodes(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
@@ -428,9 +505,11 @@ def _change(op: str, old: Optional[dict], new: Optional[dict], name: str = "", p
 
 def plan_from_renders(base: Path, head: Path) -> Plan:
     """Compare two offline renders."""
-    before, files_before, protected_before = read_render(base)
-    after, files_after, protected_after = read_render(head)
-    plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), files_before, files_after)
+    base_render = read_render(base)
+    head_render = as_applied_over(base_render, read_render(head))
+    before, protected_before = base_render.objects, base_render.protected
+    after, protected_after = head_render.objects, head_render.protected
+    plan = Plan(f"offline render `{base}` → `{head}`", [], _nodes(before.values()), _nodes(after.values()), base_render.files, head_render.files)
     plan.taints_before, plan.taints_after = _node_taints(before.values()), _node_taints(after.values())
     plan.rollout_controller_after = _runs_rollout_controller(after.values())
     for key in list(before) + [k for k in after if k not in before]:

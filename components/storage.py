@@ -14,8 +14,9 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
-from dualsched.components.common import labels, meta, stateful
+from dualsched.components.common import child, labels, meta, stateful
 from dualsched.config.models import SharedStorage, StorageType, path_under
 
 
@@ -118,17 +119,28 @@ class SharedStorageVolumes(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SharedStorageVolumesArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("dualsched:storage:SharedStorageVolumes", name, None, opts)
+        # Claim names with a part of this stack alone: each PV is bound to its claim's name (claimRef) before any
+        # claim exists, so no other claim, in any namespace, can bind it first; and a claim that a destroyed stack
+        # left behind (claims are retained) never has the name a new stack's claim takes.
+        stack_part = random.RandomString(f"{name}-claim-names", length=8, special=False, upper=False, opts=child(self))
         self.claim_names = {
-            consumer_name: self._volume_and_claim(f"{name}-{consumer_name}", name, consumer_name, consumer, args)
+            consumer_name: self._volume_and_claim(f"{name}-{consumer_name}", name, consumer_name, consumer, stack_part.result, args)
             for consumer_name, consumer in args.consumers.items()
         }
         self.register_outputs({"claim_names": self.claim_names})
 
     def _volume_and_claim(
-        self, resource_name: str, instance: str, consumer_name: str, consumer: StorageConsumer, args: SharedStorageVolumesArgs
+        self,
+        resource_name: str,
+        instance: str,
+        consumer_name: str,
+        consumer: StorageConsumer,
+        stack_part: pulumi.Output[str],
+        args: SharedStorageVolumesArgs,
     ) -> pulumi.Output[str]:
-        """One consumer's PV and the claim bound to it; returns the claim's name."""
+        """One consumer's PV and the claim bound to it, each naming the other; returns the claim's name."""
         storage = args.storage
+        claim_name = stack_part.apply(lambda part: f"{resource_name}-{part}")
         access_mode = "ReadOnlyMany" if consumer.read_only else "ReadWriteMany"
         source = volume_source(storage, consumer.directory, consumer.read_only)
         volume_labels = {**labels("shared-storage", instance), "dualsched.io/consumer": consumer_name}
@@ -142,19 +154,24 @@ class SharedStorageVolumes(pulumi.ComponentResource):
                 # An empty class keeps a default StorageClass from provisioning a new volume.
                 storage_class_name="",
                 volume_mode="Filesystem",
+                claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=consumer.namespace, name=claim_name),
                 **source,
             ),
-            opts=stateful(self, args.protect),
+            # A PV bound before this was kept carries its claim's reference already (the binder wrote it), to
+            # a claim of an earlier, Pulumi-chosen name, which that stack keeps (below).
+            opts=stateful(self, args.protect, ignore_changes=["spec.claimRef"]),
         )
         claim = k8s.core.v1.PersistentVolumeClaim(
             resource_name,
-            metadata=meta(namespace=consumer.namespace, labels=volume_labels),
+            metadata=meta(name=claim_name, namespace=consumer.namespace, labels=volume_labels),
             spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
                 access_modes=[access_mode],
                 storage_class_name="",
                 volume_name=volume.metadata.name,
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage.capacity}),
             ),
-            opts=stateful(self, args.protect),
+            # A renamed claim would be a new claim, and its PV, retained, never binds again: a stack whose claim
+            # Pulumi named keeps that name.
+            opts=stateful(self, args.protect, ignore_changes=["metadata.name"]),
         )
         return claim.metadata.name

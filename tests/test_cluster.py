@@ -169,7 +169,8 @@ def test_an_inference_only_cluster_builds_no_slurm():
         "dualsched:inference:InferenceNamespace",
         "dualsched:inference:ModelServer",
     }
-    assert not [r for r in rendered.resources if r.type.startswith("random:")]  # no lock, munge key, JWT key or password
+    # no lock, munge key, JWT key or password: only the random part of the shared claims' names
+    assert {r.type for r in rendered.resources if r.type.startswith("random:")} == {"random:index/randomString:RandomString"}
     assert {n.name for n in rendered.by_kind("Namespace")} == {"inference"}
     assert rendered.render.slurm_files == {}
     outputs = rendered.outputs_of(CLUSTER)

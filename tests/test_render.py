@@ -69,15 +69,20 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
 
 
 def test_the_options_no_manifest_shows_are_written_beside_the_objects(tmp_path, captured):
-    """protect and retainOnDelete: what `pulumi destroy` keeps or refuses, for the change report."""
+    """protect and retainOnDelete: what `pulumi destroy` keeps or refuses; ignoreChanges: what `pulumi up` leaves
+    as an existing stack has it. For the change report."""
     out = tmp_path / "out"
     assert main(["--stack", "prod", "--out", str(out)]) == 0
     options = json.loads((out / OPTIONS_FILE).read_text())
     state = [flags for path, flags in options.items() if path.startswith("slurm/persistentvolumeclaim-dualsched-slurmctld-state")]
     assert state == [{"protect": True, "retainOnDelete": True}]  # prod protects the controller's state
     volumes = [flags for path, flags in options.items() if path.startswith("_cluster/persistentvolume-")]
-    assert volumes and all(flags == {"protect": True, "retainOnDelete": True} for flags in volumes)
-    assert not any(path.split("/")[1].startswith(("deployment-", "daemonset-")) for path in options)
+    assert volumes and all(flags == {"protect": True, "retainOnDelete": True, "ignoreChanges": ["spec.claimRef"]} for flags in volumes)
+    claims = [flags for path, flags in options.items() if "/persistentvolumeclaim-dualsched-shared-" in path]
+    assert claims and all(flags["ignoreChanges"] == ["metadata.name"] for flags in claims)
+    workloads = {path: flags for path, flags in options.items() if path.split("/")[1].startswith(("deployment-", "daemonset-"))}
+    # no workload is kept or protected; the model servers leave their replicas to the HPA
+    assert workloads and all(flags == {"ignoreChanges": ["spec.replicas"]} for flags in workloads.values()), workloads
     assert all((out / path).is_file() for path in options)
 
 

@@ -316,6 +316,63 @@ def test_a_label_changed_while_moving_to_the_keeper_is_reported_on_its_nodes(tmp
     assert all(f.summary.startswith("label `dualsched.io/slurm-gpus`: `2` → `4`") for f in changed), changed[0].summary
 
 
+def _as_auto_named_claims(directory: Path) -> dict[str, str]:
+    """Make a render look like one of a version before claimRef: shared claims named by Pulumi (the resource name
+    and a suffix of its own), their PVs without claimRef, and no ignoreChanges. Returns new name -> old."""
+    renamed = {}
+    for path in directory.rglob("persistentvolumeclaim-dualsched-shared-*.yaml"):
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        renamed[name] = f"{name.rsplit('-', 1)[0]}-0ld5uff1"
+
+    def earlier(path: Path, manifest: dict) -> bool:
+        manifest = _renamed_in(manifest, renamed)
+        if manifest["kind"] == "PersistentVolume":
+            del manifest["spec"]["claimRef"]
+        path.write_text(yaml.safe_dump(manifest))
+        return True
+
+    _moved(directory, earlier)
+    options = directory / "resource-options.json"
+    flags = json.loads(options.read_text())
+    options.write_text(json.dumps({file: {k: v for k, v in f.items() if k != "ignoreChanges"} for file, f in flags.items()}))
+    return renamed
+
+
+def _renamed_in(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        value.update({key: _renamed_in(item, names) for key, item in value.items()})
+        return value
+    if isinstance(value, list):
+        value[:] = [_renamed_in(item, names) for item in value]
+        return value
+    return names.get(value, value)
+
+
+def test_a_stack_from_before_claim_ref_keeps_its_claims_and_volumes_as_the_engine_does(tmp_path):
+    """The claims' names and the PVs' claimRef are ignoreChanges: `pulumi up` changes neither on an existing
+    stack, so the report shows no claim deleted and created (a data risk it is not), and no PV update."""
+    render = render_raw(raw_stack("prod")).render
+    write_render(render, tmp_path / "base")
+    write_render(render, tmp_path / "head")
+    renamed = _as_auto_named_claims(tmp_path / "base")
+    assert len(renamed) == 2
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    assert plan.changes == []
+
+
+def test_without_ignore_changes_the_renamed_claims_would_be_a_data_risk(tmp_path):
+    """The counterpart of the test above: the same renders, read as if head's options ignored nothing."""
+    render = render_raw(raw_stack("prod")).render
+    write_render(render, tmp_path / "base")
+    write_render(render, tmp_path / "head")
+    _as_auto_named_claims(tmp_path / "base")
+    (tmp_path / "head" / "resource-options.json").write_text("{}")
+    plan = plan_from_renders(tmp_path / "base", tmp_path / "head")
+    ops = Counter((c.kind, c.op) for c in plan.changes)
+    assert ops[("PersistentVolumeClaim", "delete")] == ops[("PersistentVolumeClaim", "create")] == 2
+    assert ops[("PersistentVolume", "update")] == 2
+
+
 def test_removing_the_keeper_leaves_the_taints_on_the_nodes(tmp_path):
     render = render_raw(raw_stack("prod")).render
     write_render(render, tmp_path / "base")

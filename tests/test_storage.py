@@ -9,6 +9,7 @@ a mount option: whatever pod mounts its claim reaches nothing else (docs/securit
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -61,8 +62,39 @@ def test_each_claim_binds_its_own_volume(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_each_volume_is_bound_to_its_claim_by_name_before_any_claim_exists(stack):
+    """claimRef: the binder gives the PV to no other claim, in any namespace, in the seconds before ours exists."""
+    rendered = render_stack(stack)
+    volumes, claims = _volumes(rendered), _claims(rendered)
+    for consumer, volume_ in volumes.items():
+        assert volume_.manifest["spec"]["claimRef"] == {"namespace": CONSUMERS[consumer], "name": claims[consumer].name}
+
+
+def test_claim_names_carry_a_part_of_their_stack_alone():
+    """Claims are retained: a destroyed stack's claim stays in its namespace, and a new stack's claim of the same
+    name would be that claim (a spec the API server refuses to change). The part is a RandomString of the stack."""
+    rendered = render_stack("dev")
+    [part] = [r for r in rendered.render.registrations if r.type == "random:index/randomString:RandomString"]
+    suffixes = set()
+    for consumer, claim in _claims(rendered).items():
+        assert re.fullmatch(rf"dualsched-shared-{consumer}-([a-z0-9]{{8}})", claim.name), claim.name
+        assert part.urn in rendered.registration(claim).dependencies
+        suffixes.add(claim.name.rsplit("-", 1)[1])
+    assert len(suffixes) == 1
+
+
+def test_a_stack_whose_claims_pulumi_named_keeps_them_and_their_volumes_binding():
+    """Stacks from before claimRef have auto-named claims, bound: a new name would be a new claim that the
+    retained PV never binds, and the binder already wrote the PV's claimRef."""
+    rendered = render_stack("dev")
+    for consumer in CONSUMERS:
+        assert rendered.registration(_claims(rendered)[consumer]).ignore_changes == ("metadata.name",)
+        assert rendered.registration(_volumes(rendered)[consumer]).ignore_changes == ("spec.claimRef",)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_each_claim_is_created_after_its_volume(stack):
-    """Pulumi waits for a claim to be Bound: its volume must exist first."""
+    """Pulumi waits for a claim to be Bound: its volume must exist first (waiting for it to name the claim)."""
     rendered = render_stack(stack)
     volumes, claims = _volumes(rendered), _claims(rendered)
     for consumer, volume_ in volumes.items():

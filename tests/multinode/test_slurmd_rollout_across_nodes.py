@@ -1,5 +1,5 @@
 """A slurmd upgrade rolls through the nodes of a running cluster: `pulumi up` changes every pool's slurmd
-pod template (its ``jobShmSize``) while jobs run on gpu-real-1 and gpu-real-2, an admin has drained
+pod template (a ``runtimeClassName``) while jobs run on gpu-real-1 and gpu-real-2, an admin has drained
 gpu-real-3 and gpu-real-4 is idle. With no person acting, the rollout controller drains at most ``maxUnavailable`` nodes at a
 time (1, the default), waits for the drained node's job to complete, replaces its slurmd pod, resumes
 it, and goes on to the next, while the other node keeps running its job. The controller is deleted
@@ -10,6 +10,7 @@ at once (it counts against nobody's budget) and stays drained.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -32,7 +33,9 @@ gpu-real-1, also until the successor controller runs, so that the successor find
 left): gpu-real-2's job outlasts gpu-real-1's drain, replacement and resume, and still runs when its own
 drain comes."""
 ADMIN_DRAINED, ADMIN_REASON = NODES[2], "admin: disk check"
-NEW_SHM = "192Mi"
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"}, "handler": "runc"}
+"""The change rolled out: slurmd's pods name a RuntimeClass, as a GPU cluster without CDI names `nvidia`; its
+handler is the nodes' containerd runtime (tools/node.sh), so the new pods run as before."""
 
 
 @dataclass
@@ -76,10 +79,11 @@ def submit_on(nodes: Nodes, node: str) -> int:
     return int(out.strip().split(";")[0])
 
 
-def with_new_shm(nodes: Nodes) -> dict:
+def with_runtime_class(nodes: Nodes) -> dict:
+    nodes.world.kubectl("apply", "-f", "-", input=json.dumps(RUNTIME_CLASS))
     config = local_config(nodes.world, raw_config("local"))
     for pool in config["pools"]:
-        pool["jobShmSize"] = NEW_SHM
+        pool["runtimeClassName"] = RUNTIME_CLASS["metadata"]["name"]
     return config
 
 
@@ -124,7 +128,7 @@ def rollout(nodes: Nodes) -> Rollout:
     jobs = {node: submit_on(nodes, node) for node in JOB_NODES}
     wait_until("the jobs running", lambda: all(nodes.job_state(job) == "RUNNING" for job in jobs.values()), timeout=120)
     result = Rollout(nodes, jobs, old, controller_pod(nodes))
-    up(nodes.world, with_new_shm(nodes))
+    up(nodes.world, with_runtime_class(nodes))
     start = time.monotonic()
     wait_until("every node on a new slurmd and back in its state", lambda: observe(result, start),
                timeout=600, every=3)  # fmt: skip
@@ -173,8 +177,7 @@ def test_every_node_runs_the_new_revision(rollout):
         pod = new_pod(rollout, node)
         assert pod["metadata"]["uid"] != rollout.old[node]["metadata"]["uid"], node
         assert pod["metadata"]["labels"]["controller-revision-hash"] == current_revision(rollout.nodes, pod), node
-        shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "shm")
-        assert shm["emptyDir"]["sizeLimit"] == NEW_SHM, node
+        assert pod["spec"]["runtimeClassName"] == RUNTIME_CLASS["metadata"]["name"], node
 
 
 def test_the_successor_controller_carried_on_where_the_first_stopped(rollout):

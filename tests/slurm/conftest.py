@@ -14,12 +14,12 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from dualsched.config.loader import parse_stack_config
-from harness import WAIT, LocalCluster, missing_tools, wait_until
+from harness import WAIT, LocalCluster, missing_tools, on_installed_slurm, wait_until
 
 LOCAL_NODE = "node-1"
 """The node this machine's slurmd runs as: the first node of the first pool."""
 
-LOCAL_STACK: dict[str, Any] = {
+LOCAL_STACK: dict[str, Any] = on_installed_slurm({
     "environment": "dev",
     "slurm": {
         "clusterName": "local",
@@ -48,7 +48,7 @@ LOCAL_STACK: dict[str, Any] = {
     "storage": {"type": "nfs", "nfs": {"server": "nfs.local", "path": "/export/shared"}},
     "network": {"nodeCidrs": ["127.0.0.0/8"]},  # NetworkPolicies are not rendered here; the field is required
     "inference": {"enabled": False},
-}
+})
 
 _session_cluster: Optional[LocalCluster] = None
 

@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
 from dualsched.components.compute import conf_servers
 from dualsched.components.munge import MUNGE_KEY_BYTES
@@ -47,6 +47,7 @@ from dualsched.components.slurm_files import (
 from dualsched.components.tokens import JWT_KEY_BYTES
 from dualsched.config.loader import parse_stack_config
 from dualsched.config.models import StackConfig
+from rendering import own_images
 
 T = TypeVar("T")
 
@@ -56,6 +57,10 @@ TOOLS = (
 )  # fmt: skip
 
 WAIT = 60.0
+OUTSIDE_JOB_TMP = "/var/tmp"
+"""Where each cluster's files live: jobs see this machine's /var/tmp, while /tmp (where tempfile puts
+them by default) is their own (job_container.conf), so release files and the shared directory there
+would be invisible to them."""
 """Upper bound, in seconds, for anything the cluster is expected to do 'soon'."""
 
 DB_USER = "slurm"
@@ -75,6 +80,26 @@ DEFAULT_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 # no TCP connection can reach it (connect() fails with ENETUNREACH), so those nodes never
 # respond and stay UNKNOWN, then DOWN - what a powered-off node looks like.
 UNREACHABLE_NET = (239, 255)
+
+
+def installed_release() -> str:
+    """The release of the Slurm this machine runs (`slurmd -V`: "slurm-wlm 22.05.8"): the files are rendered
+    for it, as a stack's `slurm.release` renders them for its images. 22.05 (Debian 12's) where none is installed."""
+    if not shutil.which("slurmd"):
+        return "22.05"
+    version = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, check=True).stdout
+    return re.search(r"(\d+\.\d+)\.\d+", version).group(1)
+
+
+RELEASE = installed_release()
+
+
+def on_installed_slurm(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stack switched to this machine's Slurm release, with a site's own images of it: what differs between
+    releases (e.g. JobContainerType, NamespaceType since 25.11) is rendered as this slurmctld reads it."""
+    raw["slurm"]["release"] = RELEASE
+    raw.setdefault("images", {}).update(own_images(RELEASE))
+    return raw
 
 
 def missing_tools() -> list[str]:
@@ -192,6 +217,7 @@ def local_site(
         health_check_dir=str(root / "health"),
         task_prolog_dir=str(root / "task"),
         shared_dir=str(root / "shared"),
+        job_tmp_dir=str(root / "job-tmp"),
     )
     return dataclasses.replace(site, spank_pyxis=spank_pyxis) if spank_pyxis else site
 
@@ -486,7 +512,7 @@ class LocalCluster(SlurmClient):
     """munged, MariaDB, slurmdbd, slurmctld and one slurmd for ``config``; :meth:`stop` always."""
 
     def __init__(self, config: StackConfig, local_node: str):
-        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurm-")))
+        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurm-", dir=OUTSIDE_JOB_TMP)))
         # munged wants every directory above its key searchable; mkdtemp makes 0700.
         os.chmod(self.root, 0o755)
         for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "mysql", "mysql-run", "jwt"):
@@ -773,7 +799,7 @@ class Controller(SlurmClient):
     """slurmctld alone for a stack's config at the local site, accounting in the shared slurmdbd."""
 
     def __init__(self, config: StackConfig, shared: LocalCluster):
-        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurmctld-")))
+        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurmctld-", dir=OUTSIDE_JOB_TMP)))
         for name in ("etc", "state", "spool", "run", "log", "dev"):
             (self.root / name).mkdir()
         self.config = config

@@ -11,7 +11,7 @@ import pytest
 
 from dualsched.config.loader import ConfigError, parse_stack_config
 from dualsched.config.models import NodePool, StackConfig
-from harness import DaemonDied, expected_gres, expected_partition_gres, expected_partition_nodes
+from harness import DaemonDied, expected_gres, expected_partition_gres, expected_partition_nodes, on_installed_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -86,7 +86,8 @@ def test_what_the_gate_prevents_slurmctld_refuses_a_partition_without_slurm_node
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_each_stack_the_library_accepts_starts_slurmctld(cluster, stack, request):
-    raw = request.getfixturevalue(f"{stack}_raw")
+    """The stack's partitions, pools and GRES, rendered for this machine's Slurm release."""
+    raw = on_installed_slurm(request.getfixturevalue(f"{stack}_raw"))
     config = parse_stack_config(raw, f"Pulumi.{stack}.yaml")
     controller = cluster.controller_for(config).start()
     try:
