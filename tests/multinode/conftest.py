@@ -11,7 +11,7 @@
 
 The modules act on that one deployment, in the order an operator would check a new cluster
 (MODULE_ORDER): nodes and jobs across them, the seed's training job, a slurmd rollout through the
-nodes, then the loss of the primary controller's node. It is stopped and removed when the tier ends
+nodes, the loss of the primary controller's node, then the same stack on Slurm 24.11 in its place. It is stopped and removed when the tier ends
 (``DUALSCHED_MULTINODE_KEEP=1`` keeps it). Namespaced real nodes are one set per machine: any other
 set running (``make up``'s) is stopped first, and the tier says so; the one-node tier's node (this
 machine itself, tests/node) runs beside them (`make test` runs both tiers at once). A missing tool or
@@ -38,8 +38,10 @@ NODE_COUNT = len(NODES)
 """The local stack's nodes (Pulumi.local.yaml: gpu-real-1, and gpu-real-[2-3])."""
 MODULE_ORDER = (
     "test_multi_node", "test_training_across_nodes", "test_slurmd_rollout_across_nodes", "test_controller_failover",
+    "test_slurm_24_11_across_nodes",
 )
-"""Failover last: it takes a node away and brings it back; the flows before it want every node."""
+"""Failover after the flows that want every node (it takes a node away and brings it back); Slurm 24.11 last: it
+replaces the local stack with a stack of its own."""
 
 
 def pytest_collection_modifyitems(items):

@@ -17,12 +17,12 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from e2e_support import TIMINGS, TOOLS, tail
 from node_support import NodeWorld
 from test_real_node import STACK as LOCAL_STACK
-from test_real_node import INFERENCE_NS, JOBS_NS, SLURM_NS, finished_job, job_logs, wait_until
+from test_real_node import INFERENCE_NS, JOBS_NS, SLURM_NS, Cluster, all_ready, finished_job, job_logs, wait_until
 
 SLURM_IMAGES = ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")
 
@@ -44,18 +44,23 @@ class SlurmRelease:
         return f"slurm-{self.release.replace('.', '-')}"
 
     def config(self, config: dict) -> dict:
-        """``config`` with this release's image for every Slurm daemon."""
+        """``config`` with this release's image for every Slurm daemon, and no job steps in containers: Pyxis
+        is built against Debian 12's Slurm only (tools/images.sh slurmd-pyxis)."""
         config["images"].update({name: self.image for name in SLURM_IMAGES})
         config["slurm"]["release"] = self.release
+        for pool in config["pools"]:
+            pool.pop("containers", None)
         return config
 
-    def import_image(self, world: NodeWorld) -> None:
-        """Build the image if the cache lacks it and import it into the node's containerd."""
-        socket = world.cluster_dir / "node" / "containerd" / "containerd.sock"
+    def import_image(self, world: NodeWorld, nodes: Sequence[str] = ("node",), label: str = "") -> None:
+        """Build the image if the cache lacks it and import it into each node's containerd (``nodes``: their
+        directories under the cluster's, tools/node.sh)."""
         start = time.monotonic()
-        world.run(["env", f"DUALSCHED_SLURM_SUITE={self.suite}", str(TOOLS / "images.sh"), "import", "--address", str(socket), "slurm"],
-                  timeout=900)  # fmt: skip
-        TIMINGS.append((f"{self.image} built or cached, imported", time.monotonic() - start))
+        for node in nodes:
+            socket = world.cluster_dir / node / "containerd" / "containerd.sock"
+            world.run(["env", f"DUALSCHED_SLURM_SUITE={self.suite}", str(TOOLS / "images.sh"), "import", "--address", str(socket), "slurm"],
+                      timeout=900)  # fmt: skip
+        TIMINGS.append((f"{label}{self.image} built or cached, imported", time.monotonic() - start))
 
 
 def remove_stack(world: NodeWorld, stack: str) -> None:
@@ -73,20 +78,24 @@ def remove_stack(world: NodeWorld, stack: str) -> None:
     assert destroyed.returncode == 0, tail(destroyed.stdout + destroyed.stderr)
 
 
-@contextlib.contextmanager
-def deployed(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict]) -> Iterator[None]:
-    """``config`` on ``release`` as its own stack, with ``jobs`` (tests/node/program.py), in place of a local stack;
-    removed at the end."""
+def up_on(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict], label: str = "") -> None:
+    """`pulumi up` of ``config`` on ``release``, its own stack, with ``jobs`` (tests/node/program.py)."""
     from pulumi import automation as auto
 
-    remove_stack(world, LOCAL_STACK)
     stack = world.stack(release.stack, release.config(config))
     stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps(jobs)))
+    start = time.monotonic()
+    result = stack.up(on_output=lambda _: None, color="never")
+    TIMINGS.append((f"{label}pulumi up of the local stack on Slurm {release.release}", time.monotonic() - start))
+    assert result.summary.result == "succeeded", tail(result.stdout)
+
+
+@contextlib.contextmanager
+def deployed(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict], label: str = "") -> Iterator[None]:
+    """``config`` on ``release`` as its own stack, with ``jobs``, in place of a local stack; removed at the end."""
+    remove_stack(world, LOCAL_STACK)
     try:
-        start = time.monotonic()
-        result = stack.up(on_output=lambda _: None, color="never")
-        TIMINGS.append((f"pulumi up of the local stack on Slurm {release.release}", time.monotonic() - start))
-        assert result.summary.result == "succeeded", tail(result.stdout)
+        up_on(world, release, config, jobs, label)
         yield
     finally:
         remove_stack(world, release.stack)
@@ -101,3 +110,12 @@ def slurm_job_of(world: NodeWorld, job: dict) -> tuple[int, str]:
     job_id = int(re.search(r"Submitted batch job (\d+)", logs).group(1))
     [output] = [arg.removeprefix("--output=/shared/") for arg in job["args"] if arg.startswith("--output=")]
     return job_id, (world.shared / output.replace("%j", str(job_id))).read_text()
+
+
+def every_pod_ready_on(cluster: Cluster, release: SlurmRelease, timeout: float = 420) -> None:
+    """Every pod of the stack Ready, and every Slurm container running ``release``'s image."""
+    for namespace in (SLURM_NS, INFERENCE_NS):
+        wait_until(f"every pod in {namespace} Ready", lambda: all_ready(cluster.pods(namespace)), timeout=timeout)
+    slurm_images = {c["image"] for pod in cluster.pods(SLURM_NS) for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+                    if c["image"].startswith("dualsched.local/slurm")}  # fmt: skip
+    assert slurm_images == {release.image}

@@ -15,8 +15,8 @@ from typing import Iterator, Optional
 import pytest
 
 from node_support import NodeWorld, local_config
-from slurm_releases import SlurmRelease, deployed, slurm_job_of
-from test_real_node import INFERENCE_NS, NODE, SLURM_NS, Cluster, all_ready, wait_until
+from slurm_releases import SlurmRelease, deployed, every_pod_ready_on, slurm_job_of
+from test_real_node import NODE, SLURM_NS, Cluster, wait_until
 
 pytestmark = pytest.mark.node
 
@@ -37,11 +37,7 @@ def newer(node_world: NodeWorld) -> Iterator[Cluster]:
 
 
 def test_every_pod_runs_and_the_slurm_daemons_are_the_newer_release(newer):
-    for namespace in (SLURM_NS, INFERENCE_NS):
-        wait_until(f"every pod in {namespace} Ready", lambda: all_ready(newer.pods(namespace)), timeout=420)
-    slurm_images = {c["image"] for pod in newer.pods(SLURM_NS) for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
-                    if c["image"].startswith("dualsched.local/slurm")}  # fmt: skip
-    assert slurm_images == {FORKY.image}
+    every_pod_ready_on(newer, FORKY)
     # "slurm-wlm 26.05.5" (Debian's name; SchedMD's builds print "slurm 25.11.6")
     assert newer.slurm("slurmctld", "-V").split()[-1] == FORKY.version
     slurmd = newer.slurmd_pod()["metadata"]["name"]
