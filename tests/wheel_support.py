@@ -20,6 +20,7 @@ STARTER = ROOT / "templates" / "gpu-cluster"
 def build_dist(source: Path, out: Path, *, wheel_only: bool = False) -> Path:
     """`python -m build` of a copy of the sources in ``source`` (a build leaves build/ and *.egg-info behind it);
     the wheel from the sdist unless ``wheel_only``, so that the sdist holds all a build needs. Returns ``out``."""
+    source.mkdir(parents=True, exist_ok=True)
     for name in BUILD_FILES:
         shutil.copy(ROOT / name, source / name)
     for folder in SOURCES:
