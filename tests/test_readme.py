@@ -9,10 +9,6 @@ from dualsched.config.reference import BEGIN, END, markdown
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 CONFIGURATION = ROOT / "docs" / "configuration.md"
-WRITTEN_BESIDE = {"docs/starter.md"}
-"""Pages the README links to that are written in a change of their own: remove each once it is in."""
-
-
 def test_first_two_commands_are_the_main_job_and_all_tests():
     commands = re.findall(r"^(make \S+)", README, re.M)
     assert commands[:2] == ["make up", "make test"]
@@ -33,8 +29,6 @@ def test_readme_links_to_pages_that_exist():
     `#anchor` into docs/ to a heading there."""
     for target in re.findall(r"\]\((?!https?://|#)([^)\s]+)\)", README):
         path, _, anchor = target.partition("#")
-        if path in WRITTEN_BESIDE:
-            continue
         assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
         if anchor and path.endswith(".md"):
             assert anchor in _anchors((ROOT / path).read_text()), f"README links to {target}: no such heading"
