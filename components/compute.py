@@ -261,8 +261,14 @@ def enroot_mounts(enroot: PoolContainers, task_prolog: Optional[str]) -> list[k8
     ]
 
 
-JOB_TMP_VOLUME = "job-tmp"
-"""Each job's /tmp (job_container.conf BasePath): on the node's disk, gone with the pod."""
+def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
+    """Jobs run in the slurmd container: its /dev/shm is theirs (the runtime's default is 64 MiB)."""
+    return k8s.core.v1.VolumeArgs(
+        name="shm",
+        empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{pool.job_shm_bytes // 2**20}Mi"),
+    )
+
+
 HEALTH_VOLUME = "health"
 TASK_PROLOG_VOLUME = "task-prolog"
 NCCL_VOLUME = "nccl"
@@ -406,7 +412,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("spool", site.slurmd_spool_dir),
                         mount("run", site.run_dir),
                         mount("shared", SHARED_MOUNT),
-                        mount(JOB_TMP_VOLUME, site.job_tmp_dir),
+                        mount("shm", "/dev/shm"),
                         munge_socket_mount(),
                         *identity_mounts(),
                         home_mount(),
@@ -421,7 +427,7 @@ class ComputePool(pulumi.ComponentResource):
                 empty_dir("spool"),
                 empty_dir("run"),
                 claim_volume("shared", args.shared_claim_name),
-                empty_dir(JOB_TMP_VOLUME),
+                job_shm_volume(pool),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
                 home_volume(),

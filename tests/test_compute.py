@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from dualsched.components.compute import (
-    GRANT_MKNOD_ON_HELD_DEVICES, NVIDIA_PROC_GPUS, V1_DEVICES, only_the_pods_gpus_listed, slurmd_resources,
+    GRANT_MKNOD_ON_HELD_DEVICES, NVIDIA_PROC_GPUS, V1_DEVICES, job_shm_volume, only_the_pods_gpus_listed, slurmd_resources,
     task_prolog_config_map_name, wait_for_the_primary,
 )
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
-from dualsched.config import ConfigError, parse_stack_config
+from dualsched.config import parse_stack_config
 from rendering import container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume
 
 POOL_LABEL = "dualsched.io/pool"
@@ -312,35 +312,41 @@ def test_pool_without_slurm_gpus_requests_no_gpu():
     assert resources == {"requests": {"cpu": "16", "memory": "64000Mi"}, "limits": {"cpu": "16", "memory": "64000Mi"}}
 
 
-# ------------------------------------------------------------------ jobs' /tmp and /dev/shm
+# ------------------------------------------------------------------ jobs' /dev/shm
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_jobs_temporary_space_is_a_volume_of_the_slurmd_pod_at_job_container_confs_base_path(stack):
-    """slurmd makes each job's /tmp under BasePath (job_container.conf): a directory of this pod on the
-    node's disk, not the container's writable layer (an overlay, where Enroot's overlay mounts fail)."""
+def test_dev_shm_is_a_memory_volume_of_the_pools_shm_size(stack):
     rendered = render_stack(stack)
-    [base_path] = re.findall(r"^BasePath=(\S+)$", rendered.slurm_files["job_container.conf"], re.M)
-    for daemonset in _daemonsets(rendered).values():
-        assert volume(daemonset, "job-tmp") == {"name": "job-tmp", "emptyDir": {}}
-        assert mounts(container(daemonset, "slurmd"))[base_path] == {"name": "job-tmp", "mountPath": base_path}
+    for pool_name, daemonset in _daemonsets(rendered).items():
+        pool = rendered.config.pool(pool_name)
+        shm = volume(daemonset, "shm")
+        assert shm == {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{pool.job_shm_bytes // 2**20}Mi"}}
+        assert mounts(container(daemonset, "slurmd"))["/dev/shm"] == {"name": "shm", "mountPath": "/dev/shm"}
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_slurmd_pods_share_no_dev_shm_between_jobs(stack):
-    """Each job mounts a /dev/shm of its own (job_container.conf's default Dirs), counted against its memory:
-    the pod holds no /dev/shm volume for jobs to share."""
-    for daemonset in _daemonsets(render_stack(stack)).values():
-        assert "/dev/shm" not in mounts(container(daemonset, "slurmd"))
-        assert "shm" not in {v["name"] for v in pod_spec(daemonset)["volumes"]}
+def test_dev_shm_defaults_to_half_the_memory_jobs_get():
+    """realMemoryMb 128000 - memSpecLimitMb 1024 leaves jobs 126976 MiB; /dev/shm gets half of it."""
+    shm = volume(_daemonsets(render_stack("dev"))["gpu"], "shm")
+    assert shm["emptyDir"]["sizeLimit"] == "63488Mi"
 
 
-def test_a_stack_that_still_sizes_the_shared_dev_shm_is_told_the_key_is_withdrawn():
-    with pytest.raises(ConfigError) as raised:
-        parse_stack_config(variant("dev", lambda raw: raw["pools"][0].update(jobShmSize="2Gi")))
-    [problem] = raised.value.problems
-    assert (problem.path, problem.value) == ("pools[0].jobShmSize", "2Gi")
-    assert "/dev/shm of its own" in problem.message and "remove the key" in problem.message
+def test_dev_shm_default_follows_mem_spec_limit():
+    rendered = render_raw(variant("dev", lambda raw: raw["pools"][0].update(memSpecLimitMb=8000)))
+    assert volume(_daemonsets(rendered)["gpu"], "shm")["emptyDir"]["sizeLimit"] == "60000Mi"  # (128000 - 8000) / 2
+
+
+@pytest.mark.parametrize(("size", "limit"), [("16Gi", "16384Mi"), ("100000Mi", "100000Mi"), ("1G", "953Mi")])
+def test_job_shm_size_is_given_in_mib(size, limit):
+    rendered = render_raw(variant("dev", lambda raw: raw["pools"][0].update(jobShmSize=size)))
+    assert volume(_daemonsets(rendered)["gpu"], "shm")["emptyDir"]["sizeLimit"] == limit
+
+
+def test_job_shm_volume_of_a_pool():
+    pool = parse_stack_config(variant("dev", lambda raw: raw["pools"][0].update(jobShmSize="2Gi"))).pool("gpu")
+    shm = job_shm_volume(pool)
+    assert shm.name == "shm"
+    assert (shm.empty_dir.medium, shm.empty_dir.size_limit) == ("Memory", "2048Mi")
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
