@@ -140,10 +140,10 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     expected = Counter(r.type for r in render.registrations if not r.type.startswith(("pulumi:", "random:")))
     assert Counter(m.type for m in steps if not m.type.startswith(("pulumi:", "random:"))) == expected
     # the generated secrets (the render records their values: munge and JWT keys and the login host key's
-    # seed base64 + hex, DB password)
+    # seed base64 + hex, DB password), the ClusterName lock and the random part of the shared claims' names
     assert Counter(m.type for m in steps if m.type.startswith("random:")) == {
         "random:index/randomBytes:RandomBytes": 3, "random:index/randomPassword:RandomPassword": 1,
-        "random:index/randomId:RandomId": 1}  # the ClusterName lock
+        "random:index/randomId:RandomId": 1, "random:index/randomString:RandomString": 1}
     assert len(render.generated_secrets) == 7
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
