@@ -220,9 +220,6 @@ def _engine_resources(rows: list[dict]) -> dict[tuple[str, int], int]:
     return {(r["program"], r["nodes"]): int(re.fullmatch(r"\+ (\d+) to create", r["summary"])[1]) for r in rows if r["op"] == "up"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bench/engine-results.json was recorded on 2026-12-05 (library 108 resources, flat 80); the code has deployed "
-    "more Kubernetes objects since. Run `make bench-engine` (about 40 min, a private control plane) and remove this mark."))
 def test_the_recorded_real_engine_run_deployed_what_the_code_deploys():
     """The real-engine table's state sizes and API requests follow from what was deployed; the engine's summary of
     each first `up` counts it: the program's resources (as registered under mocks) and the stack."""
