@@ -18,8 +18,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from bench import bench, engine
 from bench.fleet import VARIANTS, fleet_config
 
