@@ -26,7 +26,9 @@ program, providers: wait4's rusage); peak RSS (VmHWM, sampled from /proc every 0
 at once (the largest sum of its current RSS over the samples); the state file's size
 afterwards; API requests the program's provider made (counted by the API server: the provider
 authenticates as its own user, which a FlowSchema of its own classifies, and
-``apiserver_flowcontrol_dispatched_requests_total`` for that FlowSchema is read before and after).
+``apiserver_flowcontrol_dispatched_requests_total`` for that FlowSchema is read before and after);
+for the changes to a running stack (noop-up, pool, conf), the slurmctld pods the operation restarted
+(their uids before and after: KWOK's pods are real API objects that the StatefulSet controller replaces).
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ NO_OPS = ("preview", "noop-up")
 PASSPHRASE = "dualsched-bench"
 BENCH_USER = "dualsched-bench"
 STACK = "bench"
-TARGETS = {"preview_s": 60, "noop_up_s": 90, "ratio": 1.1, "memory_mib": 1024}
+TARGETS = {"preview_s": 60, "noop_up_s": 90, "ratio": 1.1, "memory_mib": 1024, "pool_s": 30, "pool_restarts": 0}
+CHANGES = ("noop-up", "pool", "conf")
+"""Operations on a running stack: the slurmctld pods each one restarted are counted."""
 
 
 def log(message: str) -> None:
@@ -293,6 +297,11 @@ class World:
                                  "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}},
         ]}))
 
+    def controller_pods(self) -> dict[str, str]:
+        """The slurmctld pods by name, with their uids: a restarted pod is a new object."""
+        pods = json.loads(self.kubectl("get", "pods", "--all-namespaces", "-l", "app.kubernetes.io/name=slurmctld", "-o", "json").stdout)
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods["items"]}
+
     def api_requests(self) -> int:
         """Requests the API server dispatched for the bench user (its FlowSchema) so far."""
         text = self.kubectl("get", "--raw", "/metrics").stdout
@@ -361,6 +370,7 @@ class Project:
         if op == "destroy":
             self.world.run(["pulumi", "state", "unprotect", "--all", "--yes", "--stack", STACK], cwd=self.dir, env=self.env)
         requests_before = self.world.api_requests()
+        controllers_before = self.world.controller_pods()
         out = open(self.world.tmp / f"{self.program}-{op}.log", "w")
         start = time.monotonic()
         proc = subprocess.Popen(["pulumi", *args, "--stack", STACK, "--non-interactive", "--color", "never"],
@@ -384,8 +394,18 @@ class Project:
             "rss_total_mib": sum(memory.values()), "rss_together_mib": sampler.together_kib / 1024,
             "processes": sampler.processes(), "state_bytes": self.state_bytes(),
             "api_requests": self.world.api_requests() - requests_before,
+            **({"controller_restarts": restarted(controllers_before, self.world.controller_pods())} if op in CHANGES else {}),
             "summary": _summary((self.world.tmp / f"{self.program}-{op}.log").read_text()),
         }
+
+
+def _restarts(row: dict) -> str:
+    return f" slurmctld restarted {row['controller_restarts']}" if "controller_restarts" in row else ""
+
+
+def restarted(before: dict[str, str], after: dict[str, str]) -> int:
+    """How many of the pods ``before`` are gone or another object ``after`` (by name: uid)."""
+    return sum(1 for name, uid in before.items() if after.get(name) != uid)
 
 
 def _summary(text: str) -> str:
@@ -416,6 +436,7 @@ def measure_program(program: str, nodes: int, keep: bool = False, ops=OPS, repea
             log(f"{nodes} nodes {program:7s} {op:8s} {row['seconds']:7.1f}s cpu {row['cpu_seconds']:6.1f}s "
                 f"rss {row['rss_engine_mib']:.0f}/{row['rss_program_mib']:.0f}/{row['rss_provider_mib']:.0f} MiB "
                 f"(at once {row['rss_together_mib']:.0f}) state {row['state_bytes'] / 1024:.0f} KiB api {row['api_requests']}"
+                f"{_restarts(row)}"
                 f"{f' median of {len(runs)}' if len(runs) > 1 else ''}  [{row['summary']}]")
             rows.append({"program": program, "nodes": nodes, **row})
         return rows
@@ -433,6 +454,8 @@ def median_row(runs: list[dict]) -> dict:
     for key, value in runs[0].items():
         if isinstance(value, (int, float)):
             row[key] = statistics.median(r[key] for r in runs)
+    if "controller_restarts" in row:  # a restart in any run counts
+        row["controller_restarts"] = max(r["controller_restarts"] for r in runs)
     return row
 
 
@@ -487,6 +510,8 @@ def verdicts(rows: list[dict]) -> list[str]:
     if lib("noop-up"):
         s = lib("noop-up")["seconds"]
         out.append(f"- no-op up at {last:,} nodes: {s:.1f} s (target < {TARGETS['noop_up_s']} s): " + ("PASS" if s < TARGETS["noop_up_s"] else "MISS"))
+    if lib("pool"):
+        out.append(_pool_verdict(lib("pool"), last))
     worst = []
     for (n, program, op), r in index.items():
         f = index.get((n, "flat", op))
@@ -522,6 +547,18 @@ def verdicts(rows: list[dict]) -> list[str]:
                 out.append(f"- {op} wall time {first:,} -> {last:,} nodes: x{g:.1f} for x{scale:.0f} the nodes (linear or better): "
                            + ("PASS" if g <= scale * 1.1 else "MISS"))
     return out
+
+
+def _pool_verdict(row: dict, nodes: int) -> str:
+    """The one-pool change: its wall time, and whether slurmctld kept running through it (rows recorded before the
+    restarts were counted say so)."""
+    seconds = row["seconds"]
+    line = f"- one-pool change at {nodes:,} nodes: {seconds:.1f} s (target <= {TARGETS['pool_s']} s)"
+    if "controller_restarts" not in row:
+        return f"{line}, slurmctld restarts not counted in this run: " + ("PASS" if seconds <= TARGETS["pool_s"] else "MISS")
+    restarts = row["controller_restarts"]
+    passed = seconds <= TARGETS["pool_s"] and restarts <= TARGETS["pool_restarts"]
+    return f"{line}, slurmctld pods restarted: {restarts} (target {TARGETS['pool_restarts']}): " + ("PASS" if passed else "MISS")
 
 
 DOC_BEGIN, DOC_END = "<!-- bench-engine:begin -->", "<!-- bench-engine:end -->"

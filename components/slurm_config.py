@@ -54,7 +54,8 @@ class SlurmConfig(pulumi.ComponentResource):
     slurmd fetches them from slurmctld. The ConfigMap has a fixed name, so a change
     (pulumi-kubernetes replaces a ConfigMap whose data changes) leaves slurmctld's pod
     template alone: the kubelet refreshes the mounted files, and the controller's
-    reconfigure sidecar runs `scontrol reconfigure`. Only ``restart_hash`` rolls slurmctld.
+    reconfigure sidecar runs `scontrol reconfigure`. Only ``restart_hash`` rolls slurmctld: the
+    settings a reconfigure cannot apply, which include the nodes before Slurm 23.11.
     """
 
     files: dict[str, str]
@@ -66,7 +67,7 @@ class SlurmConfig(pulumi.ComponentResource):
         super().__init__("dualsched:slurm_config:SlurmConfig", name, None, opts)
         self.files = render_slurm_files(args.config, args.site)
         self.hash = config_hash(self.files)
-        self.restart_hash = restart_hash(self.files)
+        self.restart_hash = restart_hash(self.files, args.config.slurm.release_version)
         k8s.core.v1.ConfigMap(
             name,
             metadata=meta(

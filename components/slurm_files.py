@@ -489,16 +489,29 @@ def config_hash(files: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
-# slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`;
-# before Slurm 23.11 so does adding or removing nodes. Everything else is reloaded in place.
+# slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`.
+# Everything else is reloaded in place.
 RESTART_KEYS = (
     "AccountingStorageEnforce", "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
     "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort",
     "SlurmUser", "StateSaveLocation", "TaskPlugin",
 )
+NODES_BY_RECONFIGURE_SINCE = (23, 11)
+"""Slurm 23.11's `scontrol reconfigure` starts slurmctld anew in place (fork and exec, the listening sockets
+handed over, the state read back) and slurmd likewise, so adding, removing or resizing nodes no longer needs a
+restart: slurm.conf(5) of 24.11 says node changes "require restarting or reconfiguring all slurmctld and slurmd
+daemons" (23.02's: "require restarting"). Before it, NodeName lines are restart keys."""
 
 
-def restart_hash(files: Mapping[str, str]) -> str:
-    """A digest of the slurm.conf lines only a restart applies; the rest changes by reconfigure."""
-    lines = [line for line in files["slurm.conf"].splitlines() if line.split("=", 1)[0] in RESTART_KEYS]
+def restart_keys(release: tuple[int, int]) -> tuple[str, ...]:
+    """The slurm.conf options whose change restarts slurmctld, for a Slurm release."""
+    if release >= NODES_BY_RECONFIGURE_SINCE:
+        return tuple(key for key in RESTART_KEYS if key != "NodeName")
+    return RESTART_KEYS
+
+
+def restart_hash(files: Mapping[str, str], release: tuple[int, int]) -> str:
+    """A digest of the slurm.conf lines only a restart applies on ``release``; the rest changes by reconfigure."""
+    keys = restart_keys(release)
+    lines = [line for line in files["slurm.conf"].splitlines() if line.split("=", 1)[0] in keys]
     return config_hash({"slurm.conf": "\n".join(lines), "cgroup.conf": files["cgroup.conf"]})

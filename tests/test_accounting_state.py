@@ -127,11 +127,12 @@ def test_preemption_without_qos(settings, expected):
 
 def test_enforcement_needs_a_restart_so_it_rolls_slurmctld():
     plain, managed = files(raw_stack("dev")), files(with_qos(raw_stack("dev")))
-    assert restart_hash(plain) != restart_hash(managed)
+    release = parse_stack_config(raw_stack("dev")).slurm.release_version
+    assert restart_hash(plain, release) != restart_hash(managed, release)
     # a change of QOS or accounts alone is the program's, not a restart's
     other = with_qos(raw_stack("dev"))
     other["slurm"]["qos"][0]["priority"] = 5
-    assert restart_hash(files(other)) == restart_hash(managed)
+    assert restart_hash(files(other), release) == restart_hash(managed, release)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -126,9 +126,29 @@ def test_engine_verdicts_name_every_target():
     verdicts = "\n".join(engine.verdicts(_rows()))
     for phrase in ("no-op preview at 1,024 nodes", "no-op up at 1,024 nodes", "worst library/flat ratio",
                    "peak memory of the engine and the program", "peak memory with the providers' processes",
-                   "preview wall time 256 -> 1,024 nodes"):
+                   "preview wall time 256 -> 1,024 nodes", "one-pool change at 1,024 nodes"):
         assert phrase in verdicts
     assert all(line.endswith(("PASS", "MISS")) for line in verdicts.splitlines())
+
+
+def test_the_pool_change_is_judged_on_its_time_and_on_slurmctld_keeping_running():
+    rows = [{**row, "controller_restarts": 0} if row["op"] in engine.CHANGES else row for row in _rows()]
+    [pool] = [v for v in engine.verdicts(rows) if "one-pool change" in v]
+    assert pool == "- one-pool change at 1,024 nodes: 10.2 s (target <= 30 s), slurmctld pods restarted: 0 (target 0): PASS"
+    restarted = [{**row, "controller_restarts": 2} if row["op"] == "pool" else row for row in rows]
+    assert [v for v in engine.verdicts(restarted) if "one-pool change" in v][0].endswith("restarted: 2 (target 0): MISS")
+    [unknown] = [v for v in engine.verdicts(_rows()) if "one-pool change" in v]  # rows recorded before they were counted
+    assert "slurmctld restarts not counted in this run" in unknown
+
+
+def test_an_operation_restarted_the_pods_that_are_gone_or_new_objects():
+    assert engine.restarted({"slurmctld-0": "a", "slurmctld-1": "b"}, {"slurmctld-0": "a", "slurmctld-1": "b"}) == 0
+    assert engine.restarted({"slurmctld-0": "a", "slurmctld-1": "b"}, {"slurmctld-0": "c"}) == 2
+
+
+def test_a_restart_in_any_run_of_a_repeated_operation_counts():
+    runs = [{**_rows()[2], "controller_restarts": restarts} for restarts in (0, 1, 0)]
+    assert engine.median_row(runs)["controller_restarts"] == 1
 
 
 def test_repeated_no_op_runs_report_the_median_of_each_figure():

@@ -21,7 +21,7 @@ from dualsched.components.programs import source
 from dualsched.components.slurm_config import CONFIG_DIR
 from dualsched.components.submission import PROGRAM_DIR
 from dualsched.components.slurm_files import restart_hash
-from rendering import container, mounts, pod_spec, render_raw, render_stack, variant, volume
+from rendering import at_release, container, mounts, pod_spec, render_raw, render_stack, variant, volume
 
 
 def _statefulset(rendered):
@@ -155,7 +155,8 @@ def test_restart_hash_annotation_is_the_restart_hash_of_the_rendered_files(stack
     rendered = render_stack(stack)
     annotations = _statefulset(rendered).manifest["spec"]["template"]["metadata"]["annotations"]
     assert CONFIG_HASH_ANNOTATION == "dualsched.io/slurm-restart-hash"
-    assert annotations == {CONFIG_HASH_ANNOTATION: restart_hash(rendered.slurm_files), **users_annotation(rendered.config)}
+    assert annotations == {CONFIG_HASH_ANNOTATION: restart_hash(rendered.slurm_files, rendered.config.slurm.release_version),
+                           **users_annotation(rendered.config)}
     assert annotations[CONFIG_HASH_ANNOTATION] == rendered.outputs_of("dualsched:slurm_config:SlurmConfig")["restart_hash"]
     # Not the digest of all the files: that would roll slurmctld for every partition change.
     assert annotations[CONFIG_HASH_ANNOTATION] != rendered.render.slurm_conf_hash
@@ -176,12 +177,22 @@ def test_adding_a_partition_rolls_neither_the_controller_nor_slurmd():
     assert daemonset_after.manifest == daemonset_before.manifest
 
 
-def test_a_node_line_change_rolls_the_controller():
+def test_a_node_line_change_leaves_the_controller_running_on_releases_that_reconfigure_nodes():
+    """Slurm 23.11 and later take node changes by `scontrol reconfigure` (the reconfigure sidecar)."""
     before, after = render_stack("dev"), render_raw(variant("dev", _more_memory))
     node_line = [line for line in after.slurm_files["slurm.conf"].splitlines() if line.startswith("NodeName=")]
-    assert node_line and " RealMemory=200000 " in node_line[0]
+    assert node_line and " RealMemory=200000 " in node_line[0] and after.config.slurm.release == "25.11"
+    assert _statefulset(after).manifest == _statefulset(before).manifest
+
+
+def test_a_node_line_change_rolls_the_controller_before_23_11():
+    def at_22_05(raw):
+        at_release(raw, "22.05")
+
+    before = render_raw(variant("dev", at_22_05))
+    after = render_raw(variant("dev", lambda raw: (at_22_05(raw), _more_memory(raw))))
     assert _annotation(after) != _annotation(before)
-    assert _annotation(after) == restart_hash(after.slurm_files)
+    assert _annotation(after) == restart_hash(after.slurm_files, (22, 5))
     # Only the annotation changed in the controller's pod template.
     template_before = _statefulset(before).manifest["spec"]["template"]
     template_after = _statefulset(after).manifest["spec"]["template"]

@@ -14,7 +14,7 @@ from collections import Counter
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 import yaml
@@ -35,7 +35,7 @@ from dualsched.components.report import (
     plan_from_renders,
     render_markdown,
 )
-from rendering import ROOT, raw_stack, render_raw
+from rendering import ROOT, at_release, raw_stack, render_raw
 
 NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.11.7-ubuntu24.04"
 """The next patch release of the default image (a slurmd image must run slurm.release, 25.11)."""
@@ -62,8 +62,9 @@ def _findings(plan: Plan) -> list[Finding]:
     return [finding for change in plan.changes for finding in classify(change, plan)]
 
 
-def compare(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None]) -> Compared:
-    base_raw = raw_stack(stack)
+def compare(tmp_path: Path, stack: str, edit: Callable[[dict[str, Any]], None], release: Optional[str] = None) -> Compared:
+    """The report of ``edit`` to ``stack`` (on Slurm ``release`` rather than the stack's own)."""
+    base_raw = raw_stack(stack) if release is None else at_release(raw_stack(stack), release)
     head_raw = copy.deepcopy(base_raw)
     edit(head_raw)
     base, head = render_raw(base_raw).render, render_raw(head_raw).render
@@ -107,17 +108,32 @@ def test_new_partition_reloads_config_without_restarting_slurmctld(tmp_path):
     assert_no_secret(compared.markdown, compared.base, compared.head)
 
 
-def test_node_line_change_reloads_config_and_restarts_slurmctld(tmp_path):
+def test_node_line_change_reloads_config_and_rolls_only_the_pool(tmp_path):
+    """Slurm 25.11 (the dev stack's) takes node changes by `scontrol reconfigure`: slurmctld keeps running."""
     compared = compare(tmp_path, "dev", lambda raw: raw["pools"][0].update(realMemoryMb=120000))
+    assert compared.impacts == {Impact.CONFIG_RELOAD, Impact.SLURMD_ROLL}
+    assert not [c for c in compared.plan.changes if c.kind == "StatefulSet"]
+    assert "+NodeName=gpu-[001-002] CPUs=32 RealMemory=120000 MemSpecLimit=1024" in compared.markdown
+    assert "scontrol reconfigure" in compared.markdown
+    # the slurmd pods' memory follows RealMemory: the pool rolls (drain first)
+    (roll,) = compared.of(Impact.SLURMD_ROLL)
+    assert roll.nodes == ["gpu-001", "gpu-002"]
+    assert_no_secret(compared.markdown, compared.base, compared.head)
+
+
+def test_a_new_node_reaches_slurmctld_by_reconfigure(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["pools"][0].update(nodes="gpu-[001-003]"))
+    assert Impact.SLURMCTLD_RESTART not in compared.impacts and Impact.CONFIG_RELOAD in compared.impacts
+    assert "+NodeName=gpu-[001-003]" in compared.markdown
+
+
+def test_node_line_change_restarts_slurmctld_before_23_11(tmp_path):
+    compared = compare(tmp_path, "dev", lambda raw: raw["pools"][0].update(realMemoryMb=120000), release="22.05")
     assert Impact.CONFIG_RELOAD in compared.impacts and Impact.SLURMCTLD_RESTART in compared.impacts
     (restart,) = compared.of(Impact.SLURMCTLD_RESTART)
     assert restart.change.name == "slurmctld"
     assert "spec.template.metadata.annotations.dualsched.io/slurm-restart-hash" in restart.change.paths
     assert any("dualsched.io/slurm-restart-hash" in detail for detail in restart.details)
-    assert "+NodeName=gpu-[001-002] CPUs=32 RealMemory=120000 MemSpecLimit=1024" in compared.markdown
-    # the slurmd pods' memory follows RealMemory: the pool rolls (drain first)
-    (roll,) = compared.of(Impact.SLURMD_ROLL)
-    assert roll.nodes == ["gpu-001", "gpu-002"]
     assert_no_secret(compared.markdown, compared.base, compared.head)
 
 

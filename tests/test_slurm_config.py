@@ -41,7 +41,7 @@ def test_hash_output_is_the_digest_of_the_files(stack):
 def test_restart_hash_output_is_the_digest_of_the_restart_settings(stack):
     rendered = render_stack(stack)
     outputs = rendered.outputs_of("dualsched:slurm_config:SlurmConfig")
-    assert outputs["restart_hash"] == restart_hash(rendered.slurm_files)
+    assert outputs["restart_hash"] == restart_hash(rendered.slurm_files, rendered.config.slurm.release_version)
     assert outputs["restart_hash"] != outputs["hash"]
 
 

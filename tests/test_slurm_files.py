@@ -26,6 +26,7 @@ from dualsched.components.slurm_files import (
     render_slurm_files,
     render_slurmdbd_conf,
     restart_hash,
+    restart_keys,
 )
 from dualsched.config import ConfigError, StackConfig, parse_stack_config
 from rendering import at_release, own_images
@@ -501,24 +502,40 @@ def _edit_line(text: str, key: str) -> str:
     return "\n".join(out) + "\n"
 
 
+CURRENT = (25, 11)
+"""The default release: nodes change by reconfigure."""
+BEFORE_RECONFIGURE_NODES = (22, 5)
+"""The local stack's release: nodes change by restart."""
+
+
 def test_restart_keys_are_slurm_conf_options():
     assert set(RESTART_KEYS) <= SLURM_CONF_KEYS
-    assert "PartitionName" not in RESTART_KEYS and "NodeName" in RESTART_KEYS
+    assert "PartitionName" not in RESTART_KEYS
+
+
+@pytest.mark.parametrize(("release", "nodes_restart"), [((22, 5), True), ((23, 2), True), ((23, 11), False), ((25, 11), False), ((26, 5), False)])
+def test_nodes_restart_slurmctld_only_before_23_11(release, nodes_restart):
+    """23.11's reconfigure starts slurmctld anew in place: nodes come and go without a restart."""
+    assert ("NodeName" in restart_keys(release)) is nodes_restart
+    assert set(RESTART_KEYS) - set(restart_keys(release)) <= {"NodeName"}
 
 
 def test_restart_hash_is_stable(dev_config):
-    assert restart_hash(render(dev_config)) == restart_hash(render(dev_config))
-    assert restart_hash(render(dev_config)) != config_hash(render(dev_config))
+    release = dev_config.slurm.release_version
+    assert restart_hash(render(dev_config), release) == restart_hash(render(dev_config), release)
+    assert restart_hash(render(dev_config), release) != config_hash(render(dev_config))
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_restart_hash_follows_every_restart_key_line(stack):
-    files = render(config_of(stack))
-    present = [key for key in RESTART_KEYS if lines(files["slurm.conf"], key)]
-    assert {"ClusterName", "NodeName", "SlurmctldHost", "SlurmctldPort", "SlurmctldParameters", "AuthType"} <= set(present)
+@pytest.mark.parametrize("release", ["22.05", "25.11"])
+def test_restart_hash_follows_every_restart_key_line(stack, release):
+    config = _released(stack, release)
+    files, keys = render(config), restart_keys(config.slurm.release_version)
+    present = [key for key in keys if lines(files["slurm.conf"], key)]
+    assert {"ClusterName", "SlurmctldHost", "SlurmctldPort", "SlurmctldParameters", "AuthType"} <= set(present)
     for key in present:
         changed = {**files, "slurm.conf": _edit_line(files["slurm.conf"], key)}
-        assert restart_hash(changed) != restart_hash(files), key
+        assert restart_hash(changed, config.slurm.release_version) != restart_hash(files, config.slurm.release_version), key
 
 
 @pytest.mark.parametrize("key", ["PartitionName", "PriorityWeightAge", "SlurmctldTimeout", "MinJobAge", "DisableRootJobs"])
@@ -526,13 +543,13 @@ def test_restart_hash_ignores_settings_reconfigure_applies(dev_config, key):
     files = render(dev_config)
     changed = {**files, "slurm.conf": _edit_line(files["slurm.conf"], key)}
     assert config_hash(changed) != config_hash(files)
-    assert restart_hash(changed) == restart_hash(files)
+    assert restart_hash(changed, CURRENT) == restart_hash(files, CURRENT)
 
 
 def test_restart_hash_ignores_comments_and_gres_conf(dev_config):
     files = render(dev_config)
     changed = {**files, "slurm.conf": "# a new comment\n" + files["slurm.conf"], "gres.conf": files["gres.conf"] + "# x\n"}
-    assert restart_hash(changed) == restart_hash(files)
+    assert restart_hash(changed, CURRENT) == restart_hash(files, CURRENT)
 
 
 def test_restart_hash_follows_cgroup_conf(dev_raw):
@@ -540,7 +557,7 @@ def test_restart_hash_follows_cgroup_conf(dev_raw):
     dev_raw["slurm"]["cgroupVersion"] = "v1"
     v1 = render(parse_stack_config(dev_raw))
     assert v1["slurm.conf"] == v2["slurm.conf"]
-    assert restart_hash(v1) != restart_hash(v2)
+    assert restart_hash(v1, CURRENT) != restart_hash(v2, CURRENT)
 
 
 def test_new_partition_changes_the_files_but_not_the_restart_hash(dev_raw):
@@ -548,20 +565,21 @@ def test_new_partition_changes_the_files_but_not_the_restart_hash(dev_raw):
     dev_raw["slurm"]["partitions"].append({"name": "debug", "pools": ["gpu"], "maxTime": "00:30:00"})
     after = render(parse_stack_config(dev_raw))
     assert config_hash(after) != config_hash(before)
-    assert restart_hash(after) == restart_hash(before)
+    assert restart_hash(after, BEFORE_RECONFIGURE_NODES) == restart_hash(before, BEFORE_RECONFIGURE_NODES)
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [("cpus", 16), ("realMemoryMb", 64000), ("memSpecLimitMb", 2048), ("nodes", "gpu-[001-004]"), ("slurmGpus", 4)],
 )
-def test_node_line_change_changes_the_restart_hash(dev_raw, field, value):
+def test_a_node_line_change_restarts_slurmctld_only_before_23_11(dev_raw, field, value):
     before = render(parse_stack_config(dev_raw))
     dev_raw["pools"][0][field] = value
     after = render(parse_stack_config(dev_raw))
     assert lines(after["slurm.conf"], "NodeName") != lines(before["slurm.conf"], "NodeName")
-    assert restart_hash(after) != restart_hash(before)
+    assert restart_hash(after, BEFORE_RECONFIGURE_NODES) != restart_hash(before, BEFORE_RECONFIGURE_NODES)
+    assert restart_hash(after, CURRENT) == restart_hash(before, CURRENT)
 
 
 def test_port_change_changes_the_restart_hash(dev_config):
-    assert restart_hash(render(dev_config, slurmctld_port=7817)) != restart_hash(render(dev_config))
+    assert restart_hash(render(dev_config, slurmctld_port=7817), CURRENT) != restart_hash(render(dev_config), CURRENT)

@@ -8,7 +8,8 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -27,6 +28,24 @@ def tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+DIAGNOSTICS = ROOT / "build" / "diagnostics"
+"""Where a world writes what the machine and its control plane were doing when the API server did not answer;
+`make test` (tools/test-tiers.sh) prints these files last, where a CI log's tail shows them."""
+API_TROUBLE = (
+    "Error from server (Timeout)", "the server was unable to return a response", "the server is currently unable to handle",
+    "etcdserver: request timed out", "TLS handshake timeout", "net/http: request canceled",
+)
+"""kubectl's words for an API server that did not answer in time (not for a refused or invalid request)."""
+
+
+def machine_state() -> str:
+    """Load, memory and the busiest processes (with their nice values) of this machine, now."""
+    ps = subprocess.run(["ps", "-eo", "pid,ni,pcpu,rss,etime,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    memory = subprocess.run(["free", "-m"], capture_output=True, text=True).stdout
+    return "\n".join([f"load average: {Path('/proc/loadavg').read_text().strip()}", memory,
+                      *(line[:200] for line in ps.splitlines()[:25])])
+
+
 @dataclass
 class World:
     """What every e2e test needs: env, paths, kubectl, stacks."""
@@ -35,13 +54,31 @@ class World:
     env: dict[str, str]
     project: Path
     cluster_dir: Path
+    last_diagnosis: float = field(default=0.0, init=False)
 
     # ---------------------------------------------------------------- commands
     def run(self, args: list[str], *, check: bool = True, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
         result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
+        if result.returncode != 0 and any(words in (result.stderr or "") for words in API_TROUBLE):
+            self.diagnose(f"`{' '.join(args[:4])}` got no answer in time:\n{tail(result.stderr, 5)}")
         if check and result.returncode != 0:
             pytest.fail(f"`{' '.join(args)}` failed ({result.returncode}):\n{tail(result.stdout)}\n{tail(result.stderr)}")
         return result
+
+    def diagnose(self, why: str) -> None:
+        """Write DIAGNOSTICS/<world>-<time>.log: the machine's state and the tails of this world's control-plane
+        logs, at most once a minute (a stalled API server fails every command after the first)."""
+        if time.monotonic() - self.last_diagnosis < 60:
+            return
+        self.last_diagnosis = time.monotonic()
+        logs = self.cluster_dir / "logs"
+        parts = [why, machine_state()]
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+            log = logs / f"{name}.log"
+            if log.exists():
+                parts.append(f"--- {log} (last 60 lines)\n{tail(log.read_text(errors='replace'), 60)}")
+        DIAGNOSTICS.mkdir(parents=True, exist_ok=True)
+        (DIAGNOSTICS / f"{self.tmp.name}-{time.strftime('%H%M%S')}.log").write_text("\n\n".join(parts) + "\n")
 
     def kubectl(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return self.run(["kubectl", *args], check=check, **kw)

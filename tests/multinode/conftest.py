@@ -37,7 +37,7 @@ from .multi_node_support import NODES, Nodes  # noqa: E402
 NODE_COUNT = len(NODES)
 """The local stack's nodes (Pulumi.local.yaml: gpu-real-1, and gpu-real-[2-3])."""
 MODULE_ORDER = (
-    "test_multi_node", "test_training_across_nodes", "test_slurmd_rollout_across_nodes", "test_controller_failover",
+    "test_multi_node", "test_pool_changes_across_nodes", "test_training_across_nodes", "test_slurmd_rollout_across_nodes", "test_controller_failover",
     "test_slurm_24_11_across_nodes",
 )
 """Failover after the flows that want every node (it takes a node away and brings it back); Slurm 24.11 last: it

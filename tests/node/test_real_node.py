@@ -423,11 +423,11 @@ def test_restarting_the_database_loses_no_accounting_record(cluster):
     cluster.world.kubectl("delete", "pod", "-n", SLURM_NS, "mariadb-0", "--wait=true", timeout=180)
     wait_until("mariadb-0 Ready again", lambda: (p := [x for x in cluster.pods(SLURM_NS) if x["metadata"]["name"] == "mariadb-0"])
                and all_ready(p), timeout=240)  # fmt: skip
-    after = wait_until("sacct to answer again", lambda: _quiet(lambda: cluster.sacct(cluster.job_id)), timeout=180)
+    after = wait_until("sacct to answer again", lambda: quietly(lambda: cluster.sacct(cluster.job_id)), timeout=180)
     assert after == before
 
 
-def _quiet(probe: Callable[[], Any]) -> Any:
+def quietly(probe: Callable[[], Any]) -> Any:
     try:
         return probe()
     except BaseException:  # pytest.fail from a kubectl that failed while the database restarts
