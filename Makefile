@@ -87,8 +87,8 @@ images: slurm-deps
 	tools/images.sh squashfs torch
 
 # every tier, with what each needs installed and built, in two lanes: the toolchain, then the one-node real
-# tier; beside them the venv, Debian's Slurm, checkov, the images, the unit and Slurm tiers, then the
-# multi-node and e2e tiers (tools/test-tiers.sh says why that is safe and how the output reads)
+# and e2e tiers; beside them the venv, Debian's Slurm, checkov, the images, the unit and Slurm tiers, then the
+# multi-node tier (tools/test-tiers.sh says why that is safe and how the output reads)
 test:
 	MAKE="$(MAKE)" tools/test-tiers.sh
 

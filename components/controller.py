@@ -42,6 +42,7 @@ RECONFIGURE_INTERVAL = 10
 WINDOW_RESERVATIONS = "window_reservations.sh"
 ACCOUNTING_STATE = "accounting_state.sh"
 CORDON_DRAIN = "cordon_drain.sh"
+RESUME_REGISTERED = "resume_registered.sh"
 CORDON_WATCH = "cordon_watch.py"
 CORDON_WATCH_NODES = "cordon-watch-nodes"
 """In the programs ConfigMap: the Slurm pool nodes cordon_watch.py reads, one a line."""
@@ -56,17 +57,24 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # when they do): at start, within a round of a change, and back within a round when one was
 # deleted by hand or slurmctld moved a window that began inside its hours. Likewise slurmdbd's QOS,
 # accounts and associations are made to match theirs (accounting_state.sh; nothing without accounting),
-# and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list).
+# and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list),
+# and nodes Slurm drained for registering short of a slurm.conf line they now match are resumed
+# (resume_registered.sh: a pool change's new slurmd pod can register before slurmctld reads the new files).
+# The first reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew (a setting
+# only a restart applies, such as a node before Slurm 23.11; a moved or failed-over pod) pushes no files to the
+# configless slurmd (Slurm 25.11's SlurmctldParameters=reconfig_on_restart would), whose cached slurm.conf would
+# then lack a node added meanwhile: steps fanned out through them, and clients that read it, could not reach it.
 RECONFIGURE_LOOP = (
-    f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    'seen=""; '
     "while :; do "
     f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
     f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
     f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
+    f"sh {PROGRAM_DIR}/{RESUME_REGISTERED}; "
     f"sleep {RECONFIGURE_INTERVAL}; "
     f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
     '[ "$now" = "$seen" ] && continue; '
-    'echo "slurm config changed: scontrol reconfigure"; '
+    'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
     'scontrol reconfigure && seen="$now"; '
     "done"
 )
@@ -189,7 +197,7 @@ def controller_programs(config: StackConfig) -> tuple[str, ...]:
     """The programs slurmctld's sidecars run, by file name."""
     metrics = (COLLECTOR_PROGRAM, EXPORTER_PROGRAM) if config.slurm.metrics.enabled else ()
     cordon = (CORDON_WATCH,) if config.slurm.health_check.drain_cordoned else ()
-    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN, *cordon, *metrics)
+    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN, RESUME_REGISTERED, *cordon, *metrics)
 
 
 def metrics_containers(config: StackConfig) -> list[k8s.core.v1.ContainerArgs]:

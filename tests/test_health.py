@@ -291,6 +291,38 @@ def test_without_the_watchers_list_nothing_changes(tmp_path):
     assert run_cordon_drain(tmp_path, {"gpu-001": ("IDLE+DRAIN", "dualsched:cordon")}, listed=None) == []
 
 
+# ------------------------------------------------------------------------ resume_registered.sh
+
+
+def run_resume_registered(tmp_path: Path, records: dict[str, tuple[str, Optional[str]]]) -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "updates"
+    fake_scontrol(bin_dir, records, log)
+    result = subprocess.run(
+        ["sh", str(PROGRAMS / "resume_registered.sh")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return updates(log)
+
+
+def test_only_a_valid_registration_after_slurms_own_mismatch_reason_resumes_a_node(tmp_path):
+    """A pool change's new slurmd pod registered before slurmctld read the new slurm.conf: Slurm's own reasons
+    (src/slurmctld/node_mgr.c, src/interfaces/gres.c) and a drain that outlives the mismatch."""
+    records = {
+        "gpu-001": ("IDLE+DRAIN", "gres/gpu count reported lower than configured (2 < 4)"),  # valid now: resumed
+        "gpu-002": ("IDLE+DRAIN+INVALID_REG", "gres/gpu count reported lower than configured (7 < 8)"),  # still short
+        "gpu-003": ("MIXED+DRAIN", "Low RealMemory (reported:1024 < 100.00% of configured:2048)"),  # valid now: resumed
+        "gpu-004": ("IDLE+DRAIN", "Low socket*core*thread count, Low CPUs"),  # valid now: resumed
+        "gpu-005": ("IDLE+DRAIN", "admin: Low CPUs after the firmware update"),  # an admin's words: left alone
+        "gpu-006": ("IDLE+DRAIN", "dualsched:cordon"),  # cordon_drain.sh's: left alone
+        "gpu-007": ("IDLE", None),  # not drained: nothing
+    }
+    assert run_resume_registered(tmp_path, records) == ["NodeName=gpu-001 State=RESUME", "NodeName=gpu-003 State=RESUME",
+                                                        "NodeName=gpu-004 State=RESUME"]  # fmt: skip
+
+
 # ------------------------------------------------------------------------ cordon_watch.py
 
 

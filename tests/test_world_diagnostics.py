@@ -41,3 +41,28 @@ def test_at_most_one_record_a_minute_and_none_for_other_failures(world, tmp_path
     world.run(["sh", "-c", STALLED], check=False)
     world.run(["sh", "-c", STALLED], check=False)
     assert len(list((tmp_path / "diagnostics").iterdir())) == 1
+
+
+def stalled_kubectl(world: World, directory: Path, answers_at: int) -> Path:
+    """A kubectl on ``world``'s PATH whose API server answers only its ``answers_at``-th call; each call is a line of
+    the file it returns."""
+    counter = directory / "attempts"
+    script = directory / "kubectl"
+    script.write_text(f"#!/bin/sh\necho x >> {counter}\n[ $(wc -l < {counter}) -ge {answers_at} ] && {{ echo answered; exit 0; }}\n{STALLED}\n")
+    script.chmod(0o755)
+    world.env["PATH"] = f"{directory}:/usr/bin:/bin"
+    return counter
+
+
+def test_reads_and_applies_are_sent_again_when_the_api_server_did_not_answer(world, tmp_path):
+    counter = stalled_kubectl(world, tmp_path, answers_at=2)
+    assert world.kubectl("get", "pods").stdout == "answered\n"
+    assert counter.read_text().count("x") == 2
+
+
+def test_commands_with_effects_are_never_sent_twice(world, tmp_path):
+    counter = stalled_kubectl(world, tmp_path, answers_at=99)
+    assert world.kubectl("exec", "pod", "--", "sbatch", check=False).returncode == 1
+    assert counter.read_text().count("x") == 1
+    world.kubectl("get", "pods", check=False)
+    assert counter.read_text().count("x") == 1 + e2e_support.ATTEMPTS

@@ -2,11 +2,11 @@
 # make test: what every tier needs installed and built, and every tier, in two lanes at once, so that the
 # tiers' waits (Slurm jobs, rollouts, a failover, an inference window) and the builds overlap instead of
 # adding up.
-#   lane 1, in this terminal: the toolchain (make tools: Go builds, about 32 min cold), then the one-node
-#     real tier, the longest (a control plane and this machine as its node).
+#   lane 1, in this terminal: the toolchain (make tools: Go builds, about 20 min cold), then the one-node
+#     real tier (a control plane and this machine as its node, about 27 min), then the e2e tier (5 min).
 #   lane 2, beside it: the venv, Debian's Slurm, checkov and the images (about 15 min cold), the unit and
 #     real-Slurm tiers (neither needs the toolchain, so on a fresh machine they run while it builds), then
-#     the real multi-node and e2e tiers once the toolchain is there. Nothing of lane 1 is theirs: the
+#     the real multi-node tier (about 21 min) once the toolchain is there. Nothing of lane 1 is theirs: the
 #     multi-node tier's nodes are namespaced ones with a link bridge, addresses, pod ranges, mounts and
 #     cgroups of their own (tools/node.sh: one host node and one set of namespaced nodes per machine, side
 #     by side); the Slurm tier's daemons listen on 127.0.0.1 ports of their own under a temporary
@@ -27,23 +27,23 @@ mkdir -p build
 rm -rf "$DIAGNOSTICS"
 started=$(date +%s)
 
-"${LANE[@]}" venv slurm-deps checkov images test-unit test-slurm tools test-multinode test-e2e >"$LOG" 2>&1 &
+"${LANE[@]}" venv slurm-deps checkov images test-unit test-slurm tools test-multinode >"$LOG" 2>&1 &
 beside=$!
 trap 'kill "$beside" 2>/dev/null' INT TERM
-echo "[test] the venv, Debian's Slurm, checkov and the images, then the unit, real-Slurm, multi-node and e2e" \
-     "tiers run beside the toolchain and the one-node real tier (log: $LOG)"
+echo "[test] the venv, Debian's Slurm, checkov and the images, then the unit, real-Slurm and multi-node tiers" \
+     "run beside the toolchain, the one-node real tier and the e2e tier (log: $LOG)"
 
-"${LANE[@]}" -o slurm-deps -o checkov tools venv images test-node
+"${LANE[@]}" -o slurm-deps -o checkov tools venv images test-node test-e2e
 node=$?
-if kill -0 "$beside" 2>/dev/null; then echo "[test] one-node real tier done; waiting for the tiers beside it"; fi
+if kill -0 "$beside" 2>/dev/null; then echo "[test] one-node real and e2e tiers done; waiting for the tiers beside them"; fi
 wait "$beside"
 others=$?
 
-echo "=============================== installs, images, the unit, real-Slurm, multi-node and e2e tiers (ran beside; $LOG)"
+echo "=============================== installs, images, the unit, real-Slurm and multi-node tiers (ran beside; $LOG)"
 cat "$LOG"
 echo "[test] every build and tier ran in $(( ($(date +%s) - started) / 60 )) min:" \
-     "toolchain and one-node real tier $([ $node -eq 0 ] && echo passed || echo FAILED)," \
-     "installs, images, unit, real-Slurm, multi-node and e2e tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
+     "toolchain, one-node real and e2e tiers $([ $node -eq 0 ] && echo passed || echo FAILED)," \
+     "installs, images, unit, real-Slurm and multi-node tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
 if { [ "$node" -ne 0 ] || [ "$others" -ne 0 ]; } && [ -d "$DIAGNOSTICS" ]; then
   # last, so that the tail of a CI log shows them: the machine and the control plane when an API server stalled
   for file in $(ls -tr "$DIAGNOSTICS"/*.log | head -3); do  # the first ones: the onset

@@ -36,6 +36,11 @@ API_TROUBLE = (
     "etcdserver: request timed out", "TLS handshake timeout", "net/http: request canceled",
 )
 """kubectl's words for an API server that did not answer in time (not for a refused or invalid request)."""
+RETRIED_VERBS, ATTEMPTS = ("get", "apply", "logs"), 3
+"""kubectl commands sent again when the API server did not answer in time, as client-go's controllers do: reads, and
+apply of the same objects. Here the API server shares two cores with up to five kubelets and two Pulumi engines, and
+now and then one of its etcd reads hangs until the request's minute is up (kube-apiserver logs "Handler timeout"
+for a GET, etcd nothing). Commands with effects (exec, create, delete) are never repeated."""
 
 
 def machine_state() -> str:
@@ -58,9 +63,13 @@ class World:
 
     # ---------------------------------------------------------------- commands
     def run(self, args: list[str], *, check: bool = True, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
-        result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
-        if result.returncode != 0 and any(words in (result.stderr or "") for words in API_TROUBLE):
-            self.diagnose(f"`{' '.join(args[:4])}` got no answer in time:\n{tail(result.stderr, 5)}")
+        for attempt in range(1, ATTEMPTS + 1):
+            result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
+            if result.returncode == 0 or not any(words in (result.stderr or "") for words in API_TROUBLE):
+                break
+            self.diagnose(f"`{' '.join(args[:4])}` got no answer in time (attempt {attempt}):\n{tail(result.stderr, 5)}")
+            if args[:2] not in [["kubectl", verb] for verb in RETRIED_VERBS]:
+                break
         if check and result.returncode != 0:
             pytest.fail(f"`{' '.join(args)}` failed ({result.returncode}):\n{tail(result.stdout)}\n{tail(result.stderr)}")
         return result

@@ -10,8 +10,9 @@
   the same path.
 
 The modules act on that one deployment, in the order an operator would check a new cluster
-(MODULE_ORDER): nodes and jobs across them, the seed's training job, a slurmd rollout through the
-nodes, the loss of the primary controller's node, then the same stack on Slurm 24.11 in its place. It is stopped and removed when the tier ends
+(MODULE_ORDER): nodes and jobs across them, a node moving to another pool and back, the seed's
+training job, a slurmd rollout through the nodes, the loss of the primary controller's node, then the same
+stack on Slurm 24.11 in its place. It is stopped and removed when the tier ends
 (``DUALSCHED_MULTINODE_KEEP=1`` keeps it). Namespaced real nodes are one set per machine: any other
 set running (``make up``'s) is stopped first, and the tier says so; the one-node tier's node (this
 machine itself, tests/node) runs beside them (`make test` runs both tiers at once). A missing tool or

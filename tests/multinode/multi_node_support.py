@@ -4,10 +4,12 @@ on them."""
 from __future__ import annotations
 
 import copy
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from dualsched.components.programs.slurm_exporter import expand_hostlist
 from e2e_support import TIMINGS
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, Cluster, quietly, wait_until
 
@@ -18,7 +20,7 @@ CONTAINER_NODES, PARTITIONED = NODES[:2], NODES[2:]
 DEDICATED = CONTAINER_NODES[0]
 """Never taken away: the tests' Slurm clients run in its slurmd pod."""
 POOL_MEMBER = CONTAINER_NODES[1]
-"""Leaves pool gpu and joins it again while a job runs on DEDICATED."""
+"""Moves to pool shared and back while a job runs on DEDICATED."""
 TWO_NODES = (NODES[1], NODES[2])
 """A job on two nodes of the one partition, across both pools."""
 NODE_ADDRESSES = {node: f"10.250.0.{11 + k}" for k, node in enumerate(NODES)}
@@ -73,6 +75,12 @@ def controller_state(nodes: Nodes) -> Path:
     return Path(volume["spec"]["hostPath"]["path"])
 
 
+def cached_nodes(nodes: Nodes, node: str) -> set[str]:
+    """The nodes of the slurm.conf that ``node``'s slurmd fetched from slurmctld (configless), which its clients read."""
+    conf = nodes.exec(SLURM_NS, nodes.slurmd_pod_on(node), "slurmd", "cat", SLURM_CONF_CACHE)
+    return {name for hostlist in re.findall(r"^NodeName=(\S+)", conf, re.M) for name in expand_hostlist(hostlist)}
+
+
 def controllers(nodes: Nodes) -> dict[str, tuple[str, int]]:
     """Each slurmctld pod's uid and its slurmctld container's restarts: what a controller restart changes."""
     pods = [p for p in nodes.pods(SLURM_NS) if p["metadata"]["name"].startswith("slurmctld-") and p["metadata"].get("deletionTimestamp") is None]
@@ -80,38 +88,54 @@ def controllers(nodes: Nodes) -> dict[str, tuple[str, int]]:
             for p in pods}  # fmt: skip
 
 
-def without_pool_member(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with POOL_MEMBER out of pool gpu (Pulumi.local.yaml: gpu-real-[1-2])."""
-    smaller = copy.deepcopy(config)
-    [pool] = [p for p in smaller["pools"] if p["name"] == "gpu"]
-    assert pool["nodes"] == "gpu-real-[1-2]", pool
-    pool["nodes"] = DEDICATED
-    return smaller
+def pool_member_moved(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with POOL_MEMBER moved from pool gpu to pool shared (Pulumi.local.yaml: gpu-real-[1-2] and
+    gpu-real-[3-4])."""
+    moved = copy.deepcopy(config)
+    pools = {pool["name"]: pool for pool in moved["pools"]}
+    assert (pools["gpu"]["nodes"], pools["shared"]["nodes"]) == ("gpu-real-[1-2]", "gpu-real-[3-4]"), pools
+    pools["gpu"]["nodes"], pools["shared"]["nodes"] = DEDICATED, "gpu-real-[2-4]"
+    return moved
 
 
-def a_node_leaves_and_joins_its_pool_while_a_job_runs(
+def in_pool(nodes: Nodes, node: str, pool: str, gpus: int) -> bool:
+    """``node`` runs ``pool``'s slurmd and is idle in Slurm with that pool's GPUs."""
+    slurmd = [p["metadata"]["name"] for p in nodes.slurmd_pods() if p["spec"].get("nodeName") == node]
+    if slurmd != [p for p in slurmd if p.startswith(f"dualsched-slurmd-{pool}-")] or not slurmd:
+        return False
+    shown = quietly(lambda: nodes.slurm("scontrol", "show", "node", node)) or ""
+    state = re.search(r"State=(\S+)", shown)
+    flags = state.group(1).split("+") if state else []  # IDLE+CLOUD: registered by its address (CLOUD nodes)
+    idle = flags[:1] == ["IDLE"] and not {"DRAIN", "INVALID_REG", "NOT_RESPONDING"} & set(flags)
+    return bool(re.search(rf"Gres=gpu:{gpus}\b", shown) and idle)
+
+
+def a_node_moves_to_another_pool_and_back_while_a_job_runs(
     nodes: Nodes, deploy: Callable[[dict[str, Any]], None], config: dict[str, Any], slurm_release: str, controller_restarts: bool
 ) -> None:
-    """`pulumi up` without POOL_MEMBER in its pool, then with it again, while a job runs on DEDICATED: the node leaves
-    Slurm, comes back and runs a job; the running job completes, and the controllers restarted or not as the
-    release needs (components/slurm_files.py, restart_keys)."""
+    """`pulumi up` with POOL_MEMBER moved from pool gpu (dedicated, 4 GPUs to Slurm) to pool shared (partitioned, 2),
+    then back, while a job runs on DEDICATED: both NodeName lines change each time. The node runs each pool's slurmd
+    in turn and is idle in Slurm with that pool's GPUs, runs a step once back; the running job completes; the
+    controllers restarted or not as the release needs (components/slurm_files.py, restart_keys)."""
     name = f"pool-change-{slurm_release}"
     job_id = int(nodes.as_user(DEDICATED, "alice", "sbatch", "--parsable", "--partition=gpu", f"--nodelist={DEDICATED}",
                                "--mem=64M", "--output=/dev/null", held(name)).strip().split(";")[0])  # fmt: skip
     wait_until(f"job {job_id} to run", lambda: nodes.job_state(job_id) == "RUNNING", timeout=120)
     before = controllers(nodes)
 
-    deploy(without_pool_member(config))
-    wait_until(f"{POOL_MEMBER} to leave Slurm", lambda: (states := quietly(nodes.node_states)) and POOL_MEMBER not in states, timeout=240)
+    deploy(pool_member_moved(config))
+    wait_until(f"{POOL_MEMBER} in pool shared, idle with 2 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "shared", 2), timeout=300, every=3)
     assert nodes.job_state(job_id) == "RUNNING"
 
     deploy(config)
     start = time.monotonic()
-    wait_until(f"{POOL_MEMBER} idle in Slurm again", lambda: (states := quietly(nodes.node_states)) and states.get(POOL_MEMBER) == "idle",
-               timeout=300)  # fmt: skip
-    TIMINGS.append((f"multi-node: a node back in its pool is idle in Slurm {slurm_release}, from the end of `pulumi up`",
+    wait_until(f"{POOL_MEMBER} back in pool gpu, idle with 4 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "gpu", 4), timeout=300, every=3)
+    TIMINGS.append((f"multi-node: a node moved back to its pool is idle in Slurm {slurm_release}, from the end of `pulumi up`",
                     time.monotonic() - start))  # fmt: skip
-    ran = nodes.as_user(DEDICATED, "alice", "srun", "--partition=gpu", f"--nodelist={POOL_MEMBER}", "--mem=64M", "--time=2", "hostname")
+    # the clients here read DEDICATED's configless slurm.conf: slurmctld pushes it at its reconfigure
+    wait_until(f"{DEDICATED}'s slurm.conf to name {POOL_MEMBER}", lambda: POOL_MEMBER in cached_nodes(nodes, DEDICATED), timeout=120)
+    ran = nodes.as_user(DEDICATED, "alice", "srun", "--partition=gpu", f"--nodelist={POOL_MEMBER}", "--gres=gpu:4", "--mem=64M",
+                        "--time=2", "hostname")  # fmt: skip
     assert ran.strip() == POOL_MEMBER
 
     release(nodes, name)

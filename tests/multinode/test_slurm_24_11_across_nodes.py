@@ -6,10 +6,9 @@ The slurm image is ``dualsched.local/slurm:24.11`` (``DUALSCHED_SLURM_SUITE=trix
 pod spec the local stack's with ``slurm.release: "24.11"`` and no job steps in containers (Pyxis is built
 for Debian 12's Slurm). The flows whose behaviour changes between releases: configless registration of
 each node by its address, GPU GRES, a job from Kubernetes with a Slurm token (auth/jwt) across two nodes,
-accounting, a slurm.conf
-change reaching every daemon by reconfigure (which 24.11's slurmctld does by starting itself anew), with the
-backup controller standing by, and a node leaving and joining its pool the same way. It runs last in the tier (conftest.py): it removes the local stack, and its
-own is removed at its end.
+accounting, a slurm.conf change reaching every daemon by reconfigure (which 24.11's slurmctld does by starting
+itself anew), with the backup controller standing by, and a node moving to another pool and back the same way.
+It runs last in the tier (conftest.py): it removes the local stack, and its own is removed at its end.
 
 The Job is submitted by a second `pulumi up`, once every node is idle: a Job created with the stack meets
 both controllers starting, and its first sbatch may time out (Slurm's client retries, the Job's sbatch does not).
@@ -28,7 +27,7 @@ from slurm_releases import SlurmRelease, deployed, every_pod_ready_on, slurm_job
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, wait_until
 
 from .multi_node_support import (
-    BRIDGE_ADDRESSES, CONTAINER_NODES, NODE_ADDRESSES, NODES, TWO_NODES, Nodes, a_node_leaves_and_joins_its_pool_while_a_job_runs,
+    BRIDGE_ADDRESSES, CONTAINER_NODES, NODE_ADDRESSES, NODES, TWO_NODES, Nodes, a_node_moves_to_another_pool_and_back_while_a_job_runs,
     completed,
 )
 
@@ -118,9 +117,9 @@ def test_a_slurm_conf_change_reaches_every_daemon_by_reconfigure_without_a_resta
         assert {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]} == restarts, pod["metadata"]["name"]
 
 
-def test_a_node_leaves_and_joins_its_pool_while_a_job_runs_without_a_controller_restart(older):
+def test_a_node_moves_to_another_pool_and_back_while_a_job_runs_without_a_controller_restart(older):
     """24.11's reconfigure takes node changes: both controllers keep running through them."""
     world = older.world
-    a_node_leaves_and_joins_its_pool_while_a_job_runs(
+    a_node_moves_to_another_pool_and_back_while_a_job_runs(
         older, lambda config: up_on(world, TRIXIE, config, [], LABEL), release_config(world), TRIXIE.release, controller_restarts=False
     )
