@@ -294,11 +294,17 @@ def test_without_the_watchers_list_nothing_changes(tmp_path):
 # ------------------------------------------------------------------------ resume_registered.sh
 
 
-def run_resume_registered(tmp_path: Path, records: dict[str, tuple[str, Optional[str]]]) -> list[str]:
+def run_resume_registered(tmp_path: Path, drained: list[str]) -> list[str]:
+    """resume_registered.sh with a fake `sinfo` that prints ``drained`` (its ``%N|%T|%E`` lines) and a fake
+    `scontrol update` that logs."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "updates"
-    fake_scontrol(bin_dir, records, log)
+    fake_scontrol(bin_dir, {}, log)
+    (bin_dir / "drained").write_text("".join(f"{line}\n" for line in drained))
+    sinfo = bin_dir / "sinfo"
+    sinfo.write_text(f'#!/bin/sh\n[ "$*" = "--noheader --Node --states=drain --format=%N|%T|%E" ] || exit 2\ncat {bin_dir}/drained\n')
+    sinfo.chmod(0o755)
     result = subprocess.run(
         ["sh", str(PROGRAMS / "resume_registered.sh")],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30,
@@ -310,16 +316,16 @@ def run_resume_registered(tmp_path: Path, records: dict[str, tuple[str, Optional
 def test_only_a_valid_registration_after_slurms_own_mismatch_reason_resumes_a_node(tmp_path):
     """A pool change's new slurmd pod registered before slurmctld read the new slurm.conf: Slurm's own reasons
     (src/slurmctld/node_mgr.c, src/interfaces/gres.c) and a drain that outlives the mismatch."""
-    records = {
-        "gpu-001": ("IDLE+DRAIN", "gres/gpu count reported lower than configured (2 < 4)"),  # valid now: resumed
-        "gpu-002": ("IDLE+DRAIN+INVALID_REG", "gres/gpu count reported lower than configured (7 < 8)"),  # still short
-        "gpu-003": ("MIXED+DRAIN", "Low RealMemory (reported:1024 < 100.00% of configured:2048)"),  # valid now: resumed
-        "gpu-004": ("IDLE+DRAIN", "Low socket*core*thread count, Low CPUs"),  # valid now: resumed
-        "gpu-005": ("IDLE+DRAIN", "admin: Low CPUs after the firmware update"),  # an admin's words: left alone
-        "gpu-006": ("IDLE+DRAIN", "dualsched:cordon"),  # cordon_drain.sh's: left alone
-        "gpu-007": ("IDLE", None),  # not drained: nothing
-    }
-    assert run_resume_registered(tmp_path, records) == ["NodeName=gpu-001 State=RESUME", "NodeName=gpu-003 State=RESUME",
+    drained = [
+        "gpu-001|drained|gres/gpu count reported lower than configured (2 < 4)",  # valid now: resumed
+        "gpu-001|drained|gres/gpu count reported lower than configured (2 < 4)",  # the same node in another partition
+        "gpu-002|inval|gres/gpu count reported lower than configured (7 < 8)",  # still registers short: left drained
+        "gpu-003|draining|Low RealMemory (reported:1024 < 100.00% of configured:2048)",  # valid now: resumed
+        "gpu-004|drained|Low socket*core*thread count, Low CPUs",  # valid now: resumed
+        "gpu-005|drained|admin: Low CPUs after the firmware update",  # an admin's words: left alone
+        "gpu-006|drained|dualsched:cordon",  # cordon_drain.sh's: left alone
+    ]
+    assert run_resume_registered(tmp_path, drained) == ["NodeName=gpu-001 State=RESUME", "NodeName=gpu-003 State=RESUME",
                                                         "NodeName=gpu-004 State=RESUME"]  # fmt: skip
 
 

@@ -10,17 +10,14 @@
 # INVALID_REG, but not the drain, at the node's first valid registration. Such a node (DRAIN without
 # INVALID_REG, one of those reasons) is resumed: the mismatch is gone. A node that still registers short (a lost
 # GPU) stays INVALID_REG and drained; a node drained for any other reason is left as it is.
-records=$(scontrol show node --oneliner) || exit 1
+drained=$(sinfo --noheader --Node --states=drain --format='%N|%T|%E') || exit 1
 
-printf '%s\n' "$records" | while read -r record; do
-    case "$record" in NodeName=*) ;; *) continue ;; esac
-    node=${record#NodeName=}
-    node=${node%% *}
-    state=$(printf '%s\n' "$record" | sed -n 's/.* State=\([^ ]*\).*/\1/p')
-    case "+$state+" in *+INVALID_REG+*) continue ;; *+DRAIN+*) ;; *) continue ;; esac
-    case "$record" in
-        *" Reason=gres/"*" count reported lower than configured ("* | *" Reason=Low socket*core*thread count"* | \
-        *" Reason=Low CPUs"* | *" Reason=Low RealMemory ("* | *" Reason=Low TmpDisk"*) ;;
+# one line per node and partition: each node once; an INVALID_REG node shows as "inval"
+printf '%s\n' "$drained" | sort -u | while IFS='|' read -r node state reason; do
+    [ -n "$node" ] && [ "$state" != inval ] || continue
+    case "$reason" in
+        "gres/"*" count reported lower than configured ("* | "Low socket*core*thread count"* | "Low CPUs"* | \
+        "Low RealMemory ("* | "Low TmpDisk"*) ;;
         *) continue ;;
     esac
     scontrol update NodeName="$node" State=RESUME && echo "$node: registers as slurm.conf says now, resumed"

@@ -168,3 +168,30 @@ def test_an_uncordon_never_resumes_an_admins_drain(cluster: LocalCluster):
         assert drain(cluster.node(LOCAL_NODE)) == "admin: new firmware"
     finally:
         cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=RESUME", check=False)
+
+
+# ----------------------------------------------------------------- a drain Slurm set for a registration short of slurm.conf
+
+RESUME_REGISTERED = CORDON_DRAIN.with_name("resume_registered.sh")
+SHORT_REGISTRATION = "gres/gpu count reported lower than configured (1 < 2)"
+"""Slurm's own words (src/interfaces/gres.c) when a slurmd registers fewer GPUs than its slurm.conf line."""
+
+
+def test_a_drain_for_a_short_registration_is_resumed_once_the_registration_is_valid(cluster: LocalCluster):
+    """The node registers as slurm.conf says (no INVALID_REG) and carries Slurm's reason: resumed. The drain here is
+    set with scontrol; the registration that sets it in a pool change is the multi-node tier's."""
+    cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=DRAIN", f"Reason={SHORT_REGISTRATION}")
+    try:
+        assert f"{LOCAL_NODE}: registers as slurm.conf says now, resumed" in cluster.run("sh", str(RESUME_REGISTERED))
+        assert drain(cluster.node(LOCAL_NODE)) is None
+    finally:
+        cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=RESUME", check=False)
+
+
+def test_a_drain_with_other_words_is_never_resumed_by_the_registration_check(cluster: LocalCluster):
+    cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=DRAIN", "Reason=admin: new firmware")
+    try:
+        assert cluster.run("sh", str(RESUME_REGISTERED)) == ""
+        assert drain(cluster.node(LOCAL_NODE)) == "admin: new firmware"
+    finally:
+        cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=RESUME", check=False)
