@@ -32,7 +32,9 @@ from dualsched.components.programs import source
 from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
 from dualsched.components.namespace import SLURMCTLD_PORT
 from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from dualsched.components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
+from dualsched.components.slurm_files import (
+    ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, NODES_BY_RECONFIGURE_SINCE, WINDOW_RESERVATIONS_FILE, Site,
+)
 from dualsched.components.submission import PROGRAM_DIR
 from dualsched.config.models import StackConfig
 
@@ -60,24 +62,31 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list),
 # and nodes Slurm drained for registering short of a slurm.conf line they now match are resumed
 # (resume_registered.sh: a pool change's new slurmd pod can register before slurmctld reads the new files).
-# The first reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew (a setting
-# only a restart applies, such as a node before Slurm 23.11; a moved or failed-over pod) pushes no files to the
-# configless slurmd (Slurm 25.11's SlurmctldParameters=reconfig_on_restart would), whose cached slurm.conf would
-# then lack a node added meanwhile: steps fanned out through them, and clients that read it, could not reach it.
-RECONFIGURE_LOOP = (
-    'seen=""; '
-    "while :; do "
-    f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
-    f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
-    f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
-    f"sh {PROGRAM_DIR}/{RESUME_REGISTERED}; "
-    f"sleep {RECONFIGURE_INTERVAL}; "
-    f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
-    '[ "$now" = "$seen" ] && continue; '
-    'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
-    'scontrol reconfigure && seen="$now"; '
-    "done"
-)
+# Before Slurm 23.11 (a node change restarts slurmctld there: components/slurm_files.py, restart_keys) the first
+# reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew pushes no files to the
+# configless slurmd, whose cached slurm.conf would then lack a node added by that restart, and steps fanned out
+# through them, and clients that read it, could not reach it. That release reconfigures in place. From 23.11 a
+# node change is a reconfigure, which pushes the files, and a reconfigure starts slurmctld anew; one sent while
+# slurmctld is still starting could stop it (23.11's NEWS fixed one such case; in a run with a reconfigure at every
+# start, the multi-node tier's 24.11 controllers crash-looped, with no log kept to say why), so the loop starts
+# from the files as they are.
+def reconfigure_loop(release: tuple[int, int]) -> str:
+    """The reconfigure sidecar's shell loop for a Slurm release."""
+    first = 'seen=""; ' if release < NODES_BY_RECONFIGURE_SINCE else f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    return (
+        first
+        + "while :; do "
+        f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
+        f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
+        f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
+        f"sh {PROGRAM_DIR}/{RESUME_REGISTERED}; "
+        f"sleep {RECONFIGURE_INTERVAL}; "
+        f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
+        '[ "$now" = "$seen" ] && continue; '
+        'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
+        'scontrol reconfigure && seen="$now"; '
+        "done"
+    )
 
 
 def slurm_client(
@@ -358,7 +367,7 @@ class SlurmController(pulumi.ComponentResource):
                 slurm_client(
                     "reconfigure",
                     config.images.slurmctld,
-                    ["sh", "-c", RECONFIGURE_LOOP],
+                    ["sh", "-c", reconfigure_loop(config.slurm.release_version)],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                     extra_mounts=(

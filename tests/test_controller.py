@@ -14,7 +14,7 @@ import pytest
 from dualsched.components.identity import users_annotation
 from dualsched.components.controller import (
     ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
-    RECONFIGURE_INTERVAL, RECONFIGURE_LOOP, WINDOW_RESERVATIONS, controller_programs,
+    RECONFIGURE_INTERVAL, WINDOW_RESERVATIONS, controller_programs, reconfigure_loop,
 )
 from dualsched.components.identity import SLURM_UID
 from dualsched.components.programs import source
@@ -217,8 +217,9 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics, *watch]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
-    assert reconfigure["command"] == ["sh", "-c", RECONFIGURE_LOOP]
-    assert "scontrol reconfigure" in RECONFIGURE_LOOP and f"{CONFIG_DIR}/*.conf" in RECONFIGURE_LOOP
+    loop = reconfigure_loop(rendered.config.slurm.release_version)
+    assert reconfigure["command"] == ["sh", "-c", loop]
+    assert "scontrol reconfigure" in loop and f"{CONFIG_DIR}/*.conf" in loop
     assert reconfigure["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
     found = mounts(reconfigure)
     assert found["/etc/slurm"] == {"name": "slurm-config", "mountPath": "/etc/slurm", "readOnly": True}
@@ -241,8 +242,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     programs_data = {name: text for name, text in programs.manifest["data"].items() if name != CORDON_WATCH_NODES}
     assert programs_data == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
-    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in RECONFIGURE_LOOP
-    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in RECONFIGURE_LOOP
+    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop(CURRENT)
+    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop(CURRENT)
     assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 
@@ -255,8 +256,12 @@ def test_reconfigure_sidecar_is_small_and_unprivileged():
     assert reconfigure["resources"] == {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
 
 
-def _run_loop(tmp_path: Path, scontrol_exit: str):
-    """RECONFIGURE_LOOP under sh, against a temp config dir, with a fake scontrol, a fake window
+CURRENT, BEFORE_RECONFIGURE_NODES = (25, 11), (22, 5)
+"""The default release, and the local stack's, which restarts slurmctld for a node change."""
+
+
+def _run_loop(tmp_path: Path, scontrol_exit: str, release: tuple[int, int] = CURRENT):
+    """The reconfigure loop of ``release`` under sh, against a temp config dir, with a fake scontrol, a fake window
     reservations program and a short sleep."""
     conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
     for directory in (conf, programs, bin_dir):
@@ -267,7 +272,7 @@ def _run_loop(tmp_path: Path, scontrol_exit: str):
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
     (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
-    script = RECONFIGURE_LOOP.replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    script = reconfigure_loop(release).replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
     sleep = f"sleep {RECONFIGURE_INTERVAL};"
     assert script.count(sleep) == 1
     # Mark when the first checksum is taken (a change before it would be the baseline), and poll fast.
@@ -308,23 +313,35 @@ def _wait_for(predicate, seconds: float = 20.0) -> bool:
     return predicate()
 
 
-def test_reconfigure_loop_reconfigures_once_at_start_and_once_per_change(tmp_path):
+def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
     process, conf, log = _run_loop(tmp_path, "exit 0")
     try:
-        # once slurmctld answers after the pod starts: configless slurmd get the files a restart read
+        time.sleep(0.6)
+        assert _reconfigures(log) == []  # unchanged files: nothing to do (a reconfigure starts slurmctld anew)
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
         assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
         time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"]  # unchanged files: nothing more to do
-        _update(conf / "slurm.conf", "PartitionName=debug\n")
-        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 2)
-        time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"] * 2  # the change is applied once
+        assert _reconfigures(log) == ["reconfigure"]  # the change is applied once
         _update(conf / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
-        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 3)
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 2)
         _update(conf / "window-reservations", "ReservationName=dualsched-window-gpu\n")
         time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"] * 3  # not a Slurm file: Slurm needs no reload
+        assert _reconfigures(log) == ["reconfigure"] * 2  # not a Slurm file: Slurm needs no reload
         assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_before_23_11_the_loop_reconfigures_once_slurmctld_answers_after_the_pod_starts(tmp_path):
+    """A slurmctld restarted for a node change pushes no files to configless slurmd: the first round does."""
+    process, conf, log = _run_loop(tmp_path, "exit 0", BEFORE_RECONFIGURE_NODES)
+    try:
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
+        time.sleep(0.6)
+        assert _reconfigures(log) == ["reconfigure"]
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 2)
     finally:
         process.kill()
         process.wait()
@@ -343,9 +360,10 @@ def test_reconfigure_loop_applies_the_window_reservations_at_start_and_every_rou
 
 
 def test_reconfigure_loop_retries_until_scontrol_succeeds(tmp_path):
-    """A failed reconfigure (slurmctld starting or restarting) is retried: the files are not marked as seen."""
+    """A failed reconfigure (slurmctld restarting) is retried: the files are not marked as seen."""
     process, conf, log = _run_loop(tmp_path, "exit 1")
     try:
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
         assert _wait_for(lambda: len(_reconfigures(log)) >= 3)
         assert set(_reconfigures(log)) == {"reconfigure"}
         assert process.poll() is None  # a failure never ends the sidecar
