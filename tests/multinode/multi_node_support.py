@@ -101,7 +101,7 @@ def pool_member_moved(config: dict[str, Any]) -> dict[str, Any]:
 def in_pool(nodes: Nodes, node: str, pool: str, gpus: int) -> bool:
     """``node`` runs ``pool``'s slurmd and is idle in Slurm with that pool's GPUs."""
     slurmd = [p["metadata"]["name"] for p in nodes.slurmd_pods() if p["spec"].get("nodeName") == node]
-    if slurmd != [p for p in slurmd if p.startswith(f"dualsched-slurmd-{pool}-")] or not slurmd:
+    if not slurmd or not all(name.startswith(f"dualsched-slurmd-{pool}-") for name in slurmd):
         return False
     shown = quietly(lambda: nodes.slurm("scontrol", "show", "node", node)) or ""
     state = re.search(r"State=(\S+)", shown)
