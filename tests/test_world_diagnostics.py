@@ -66,3 +66,46 @@ def test_commands_with_effects_are_never_sent_twice(world, tmp_path):
     assert counter.read_text().count("x") == 1
     world.kubectl("get", "pods", check=False)
     assert counter.read_text().count("x") == 1 + e2e_support.ATTEMPTS
+
+
+CRASHING_POD = """{"items": [{"metadata": {"namespace": "slurm", "name": "slurmctld-0"}, "spec": {"nodeName": "gpu-real-1"},
+  "status": {"phase": "Running",
+    "initContainerStatuses": [{"name": "wait-for-accounting", "ready": false, "restartCount": 0,
+                               "state": {"terminated": {"exitCode": 0}}}],
+    "containerStatuses": [{"name": "slurmctld", "ready": false, "restartCount": 3,
+                           "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                           "lastState": {"terminated": {"exitCode": 1}}},
+                          {"name": "reconfigure", "ready": true, "restartCount": 0, "state": {"running": {}}}]}}]}"""
+
+
+def fake_kubectl(world: World, directory: Path) -> Path:
+    """A kubectl that lists CRASHING_POD, logs the container and run it is asked for, and records each call."""
+    calls = directory / "calls"
+    (directory / "pods.json").write_text(CRASHING_POD)
+    script = directory / "kubectl"
+    script.write_text(f"""#!/bin/sh
+echo "$*" >> {calls}
+case "$*" in
+  "get pods"*) cat {directory / "pods.json"} ;;
+  "get events"*) echo "Warning BackOff pod/slurmctld-0 Back-off restarting failed container" ;;
+  logs*--previous*) echo "slurmctld: fatal: the previous run's last words" ;;
+  logs*) echo "slurmctld: the current run" ;;
+esac
+""")
+    script.chmod(0o755)
+    world.env["PATH"] = f"{directory}:/usr/bin:/bin"
+    return calls
+
+
+def test_a_stack_that_did_not_come_up_leaves_its_pods_states_and_crash_logs(world, tmp_path):
+    calls = fake_kubectl(world, tmp_path)
+    world.diagnose_pods("pulumi up failed", "slurm")
+    [written] = (tmp_path / "diagnostics").iterdir()
+    text = written.read_text()
+    assert written.name.startswith("node0-pods-") and text.startswith("pulumi up failed")
+    assert "pod slurm/slurmctld-0 on gpu-real-1: Running" in text and "slurmctld: ready=False restarts=3" in text
+    assert "fatal: the previous run's last words" in text and "slurmctld: the current run" in text
+    assert "Back-off restarting failed container" in text
+    logged = [line for line in calls.read_text().splitlines() if line.startswith("logs")]
+    # only the container that is not ready: neither the init container that ended well nor the ready sidecar
+    assert logged == ["logs -n slurm slurmctld-0 -c slurmctld --previous --tail=40", "logs -n slurm slurmctld-0 -c slurmctld --tail=40"]

@@ -29,8 +29,9 @@ def tail(text: str, lines: int = 40) -> str:
 
 
 DIAGNOSTICS = ROOT / "build" / "diagnostics"
-"""Where a world writes what the machine and its control plane were doing when the API server did not answer;
-`make test` (tools/test-tiers.sh) prints these files last, where a CI log's tail shows them."""
+"""Where a world writes what the machine and its control plane were doing when the API server did not answer, and
+what a stack's pods were doing when its `pulumi up` failed; `make test` (tools/test-tiers.sh) prints these files
+last, where a CI log's tail shows them."""
 API_TROUBLE = (
     "Error from server (Timeout)", "the server was unable to return a response", "the server is currently unable to handle",
     "etcdserver: request timed out", "TLS handshake timeout", "net/http: request canceled",
@@ -49,6 +50,40 @@ def machine_state() -> str:
     memory = subprocess.run(["free", "-m"], capture_output=True, text=True).stdout
     return "\n".join([f"load average: {Path('/proc/loadavg').read_text().strip()}", memory,
                       *(line[:200] for line in ps.splitlines()[:25])])
+
+
+def up_or_diagnose(world: World, stack, *namespaces: str):
+    """``stack.up()``'s result; where it fails, the pods of ``namespaces`` are diagnosed first
+    (World.diagnose_pods): the engine's error says which pods were not ready, not why."""
+    from pulumi import automation as auto
+
+    try:
+        return stack.up(on_output=lambda _: None, color="never")
+    except auto.CommandError as error:
+        world.diagnose_pods(f"pulumi up of stack {stack.name} failed:\n{tail(str(error), 30)}", *namespaces)
+        raise
+
+
+def finished_well(status: dict) -> bool:
+    return status.get("state", {}).get("terminated", {}).get("exitCode") == 0
+
+
+def pod_diagnosis(world: World, pod: dict) -> str:
+    """A pod's phase and node, each container's state, restarts and last end, and the log tails of those not
+    ready (an init container that ended well is not ready, and says nothing new)."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
+    lines = [f"--- pod {namespace}/{name} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')}"]
+    for status in statuses:
+        lines.append(f"  {status['name']}: ready={status.get('ready')} restarts={status.get('restartCount', 0)} "
+                     f"state={json.dumps(status.get('state'))} last={json.dumps(status.get('lastState'))}")
+        if status.get("ready") or finished_well(status):
+            continue
+        for previous in (["--previous"] if status.get("restartCount") else []) + [""]:
+            logs = world.kubectl("logs", "-n", namespace, name, "-c", status["name"], *filter(None, [previous]),
+                                 "--tail=40", check=False)  # fmt: skip
+            lines.append(f"  log of {status['name']} {previous or '(now)'}:\n{tail(logs.stdout + logs.stderr, 40)}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -88,6 +123,22 @@ class World:
                 parts.append(f"--- {log} (last 60 lines)\n{tail(log.read_text(errors='replace'), 60)}")
         DIAGNOSTICS.mkdir(parents=True, exist_ok=True)
         (DIAGNOSTICS / f"{self.tmp.name}-{time.strftime('%H%M%S')}.log").write_text("\n\n".join(parts) + "\n")
+
+    def diagnose_pods(self, why: str, *namespaces: str) -> None:
+        """Write DIAGNOSTICS/<world>-pods-<time>.log: every pod of ``namespaces`` with its containers' states, the
+        log tails of each container that is not ready (its previous run's too: a crash loop's cause) and the
+        namespaces' latest events. For a stack that did not come up: its pods are gone once the test ends."""
+        parts = [why]
+        for namespace in namespaces:
+            listed = self.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+            if listed.returncode != 0:
+                parts.append(f"--- pods in {namespace}: {tail(listed.stderr, 5)}")
+                continue
+            parts += [pod_diagnosis(self, pod) for pod in json.loads(listed.stdout)["items"]]
+            events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)
+            parts.append(f"--- events in {namespace} (last 30)\n{tail(events.stdout + events.stderr, 30)}")
+        DIAGNOSTICS.mkdir(parents=True, exist_ok=True)
+        (DIAGNOSTICS / f"{self.tmp.name}-pods-{time.strftime('%H%M%S')}.log").write_text("\n\n".join(parts) + "\n")
 
     def kubectl(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return self.run(["kubectl", *args], check=check, **kw)

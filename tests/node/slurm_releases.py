@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from e2e_support import TIMINGS, TOOLS, tail
+from e2e_support import TIMINGS, TOOLS, tail, up_or_diagnose
 from node_support import NodeWorld
 from test_real_node import STACK as LOCAL_STACK
 from test_real_node import INFERENCE_NS, JOBS_NS, SLURM_NS, Cluster, all_ready, finished_job, job_logs, wait_until
@@ -85,7 +85,7 @@ def up_on(world: NodeWorld, release: SlurmRelease, config: dict, jobs: list[dict
     stack = world.stack(release.stack, release.config(config))
     stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps(jobs)))
     start = time.monotonic()
-    result = stack.up(on_output=lambda _: None, color="never")
+    result = up_or_diagnose(world, stack, SLURM_NS, INFERENCE_NS, JOBS_NS)
     TIMINGS.append((f"{label}pulumi up of the local stack on Slurm {release.release}", time.monotonic() - start))
     assert result.summary.result == "succeeded", tail(result.stdout)
 

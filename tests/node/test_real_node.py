@@ -26,7 +26,7 @@ from node_support import (
     GPU_MAJOR, GPU_PROBE, GPU_PROBE_PREFIX, JOB_USER_UID, NodeWorld, gpu_files_in, gpu_probe_results,
     kubelet_gpu_allocations, local_config, may_open, outcomes, registered_gpus,
 )
-from e2e_support import TIMINGS, tail
+from e2e_support import TIMINGS, tail, up_or_diagnose
 
 pytestmark = pytest.mark.node
 
@@ -165,7 +165,7 @@ def up(world: NodeWorld, config: dict, jobs: Optional[list[dict]] = None) -> Non
 
         stack.set_config("nodetest:jobs", auto.ConfigValue(json.dumps(jobs)))
     start = time.monotonic()
-    result = stack.up(on_output=lambda _: None, color="never")
+    result = up_or_diagnose(world, stack, SLURM_NS, INFERENCE_NS, JOBS_NS)
     TIMINGS.append((f"pulumi up of the local stack ({result.summary.result})", time.monotonic() - start))
     assert result.summary.result == "succeeded", tail(result.stdout)
     # the provider may call a StatefulSet updated before its controller saw the new template
