@@ -72,7 +72,9 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # from the files as they are.
 def reconfigure_loop(release: tuple[int, int]) -> str:
     """The reconfigure sidecar's shell loop for a Slurm release."""
-    first = 'seen=""; ' if release < NODES_BY_RECONFIGURE_SINCE else f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    at_start = release < NODES_BY_RECONFIGURE_SINCE
+    first = 'seen=""; ' if at_start else f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
+    why = "slurmctld started or the slurm files changed" if at_start else "the slurm files changed"
     return (
         first
         + "while :; do "
@@ -83,7 +85,7 @@ def reconfigure_loop(release: tuple[int, int]) -> str:
         f"sleep {RECONFIGURE_INTERVAL}; "
         f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
         '[ "$now" = "$seen" ] && continue; '
-        'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
+        f'echo "{why}: scontrol reconfigure"; '
         'scontrol reconfigure && seen="$now"; '
         "done"
     )

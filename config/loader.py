@@ -552,7 +552,10 @@ def load_stack_file(path: str | Path, key: ConfigKey = ConfigKey()) -> StackConf
 
 
 def _decode(value: Any) -> Any:
-    # The engine hands structured values over as JSON text and scalars as plain text.
+    # The engine hands structured values over as JSON text and scalars as plain text; a key set to null in the
+    # stack file is a structured value too: JSON's null, which the models read as the key left out.
+    if value == "null":
+        return None
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)

@@ -941,7 +941,7 @@ def _engine_config(raw: dict[str, Any]) -> dict[str, str]:
     """Config as the engine hands it to the program: objects as JSON text, scalars as text."""
     encoded = {}
     for key, value in raw.items():
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list)) or value is None:
             text = json.dumps(value)
         elif isinstance(value, bool):
             text = "true" if value else "false"
@@ -976,6 +976,16 @@ def test_engine_config_reads_scalar_text(engine_config, prod_raw):
     config = load_pulumi_config()
     assert config.protect_state is False
     assert config.kubernetes_version == "1.34"
+
+
+def test_a_key_set_to_null_reaches_the_program_as_json_null_and_reads_as_left_out(engine_config, dev_raw):
+    """``inference: null`` in a stack file: the engine hands over the JSON text ``null`` (found by tests/test_bad_input.py)."""
+    without = {key: value for key, value in dev_raw.items() if key != "inference"}
+    engine_config({**without, "inference": None})
+    assert _engine_config({"inference": None}) == {"dualsched:inference": "null"}
+    nulled = load_pulumi_config()
+    engine_config(without)
+    assert nulled == load_pulumi_config()
 
 
 def test_engine_config_ignores_other_namespaces(engine_config, dev_raw):

@@ -347,6 +347,11 @@ def test_before_23_11_the_loop_reconfigures_once_slurmctld_answers_after_the_pod
         process.wait()
 
 
+def test_the_loop_says_why_it_reconfigures_as_its_release_does():
+    assert 'echo "the slurm files changed: scontrol reconfigure"' in reconfigure_loop(CURRENT)
+    assert 'echo "slurmctld started or the slurm files changed: scontrol reconfigure"' in reconfigure_loop(BEFORE_RECONFIGURE_NODES)
+
+
 def test_reconfigure_loop_applies_the_window_reservations_at_start_and_every_round(tmp_path):
     """At start, then every round: a reservation deleted by hand, or a changed file, is applied within a round."""
     process, conf, log = _run_loop(tmp_path, "exit 0")

@@ -619,7 +619,11 @@ sys.stdout.write("".join(l for l in sys.stdin if not ours.search(l)))' | iptable
   if no_nvidia_driver; then
     local f; for f in $(gpu_device_files); do rm -f "$f"; done
   fi
-  rm -rf "$KUBELET_DIR" "$DIR"
+  # The kubelet directory's contents, never the directory: each namespaced node has its own mounted on this
+  # path, and removing a mount point detaches the mounts on it in every other mount namespace (the nodes'
+  # kubelets then shared this machine's directory and removed each other's pod volumes).
+  find "$KUBELET_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
+  rm -rf "$DIR"
   log "down"
 }
 

@@ -33,7 +33,7 @@ from node_support import NodeWorld, local_config, node_world_running  # noqa: E4
 from e2e_support import TIMINGS, raw_config  # noqa: E402
 from test_real_node import INFERENCE_NS, SLURM_NS, all_ready, up, wait_until  # noqa: E402
 
-from .multi_node_support import NODES, Nodes  # noqa: E402
+from .multi_node_support import NODES, Nodes, kubelet_directories_not_their_own  # noqa: E402
 
 NODE_COUNT = len(NODES)
 """The local stack's nodes (Pulumi.local.yaml: gpu-real-1, and gpu-real-[2-3])."""
@@ -60,6 +60,18 @@ def nodes_world(tmp_path_factory) -> NodeWorld:
     with node_world_running(tmp_path_factory.mktemp("multinode"), raw_config("local"), NODE_COUNT,
                             "DUALSCHED_MULTINODE_KEEP") as world:  # fmt: skip
         yield world
+
+
+@pytest.fixture(scope="module", autouse=True)
+def every_kubelet_keeps_its_own_directory(nodes_world: NodeWorld):
+    """Checked before and after each module: the one-node tier's node starts and stops beside this tier."""
+    def check(when: str) -> None:
+        strays = kubelet_directories_not_their_own(nodes_world.cluster_dir)
+        assert strays == [], f"{when} this module, the kubelets of {strays} no longer see their own directory at /var/lib/kubelet"
+
+    check("before")
+    yield
+    check("after")
 
 
 @pytest.fixture(scope="package")

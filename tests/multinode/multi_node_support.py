@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -48,6 +49,21 @@ class Nodes(Cluster):
     def node_states(self) -> dict[str, str]:
         out = self.slurm("sinfo", "--noheader", "--Node", "--format=%N %T")
         return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def kubelet_directories_not_their_own(cluster_dir: Path) -> list[str]:
+    """The nodes whose kubelet, in their mount namespace, does not see their own directory at /var/lib/kubelet
+    (tools/node.sh mounts it there): such kubelets share this machine's directory and remove each other's pod
+    volumes. It happened when the one-node tier's node, beside this tier, removed that directory on its way down."""
+    strays = []
+    for node in NODES:
+        directory = cluster_dir / "nodes" / node
+        seen = subprocess.run(["nsenter", f"--mount={directory / 'ns' / 'mnt'}", "stat", "-c", "%d:%i", "/var/lib/kubelet"],
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        own = (directory / "kubelet").stat()
+        if seen != f"{own.st_dev}:{own.st_ino}":
+            strays.append(node)
+    return strays
 
 
 def completed(nodes: Nodes, job_id: int) -> Optional[dict[str, str]]:
