@@ -39,7 +39,7 @@ from dualsched.config.models import StackConfig
 _REF = "$flat-ref"
 _K8S_MODULES = {"core": k8s.core.v1, "apps": k8s.apps.v1, "networking": k8s.networking.v1, "rbac": k8s.rbac.v1,
                 "policy": k8s.policy.v1, "autoscaling": k8s.autoscaling.v2, "batch": k8s.batch.v1,
-                "storage": k8s.storage.v1, "scheduling": k8s.scheduling.v1}
+                "storage": k8s.storage.v1, "scheduling": k8s.scheduling.v1, "admissionregistration": k8s.admissionregistration.v1}
 
 
 def _snake(name: str) -> str:
@@ -146,7 +146,7 @@ def build(plan: dict[str, Any]) -> None:
 
                 def fill(values, text=text, refs=refs):
                     for (token, _, _), real in zip(refs, values):
-                        text = text.replace(token, real)
+                        text = text.replace(token, str(real))  # as the library's f-strings print it (None under mocks)
                     return text
 
                 return pulumi.Output.all(*(output(i, attr) for _, i, attr in refs)).apply(fill)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -206,10 +206,12 @@ def bind_cluster_role(
     account: k8s.core.v1.ServiceAccount,
     namespace: pulumi.Input[str],
     role_labels: Mapping[str, str],
-    rule: k8s.rbac.v1.PolicyRuleArgs,
+    *rules: k8s.rbac.v1.PolicyRuleArgs,
+    after: Sequence[pulumi.Resource] = (),
 ) -> None:
-    """One ClusterRole with one rule, bound to one ServiceAccount: for rights on cluster-scoped objects."""
-    role = k8s.rbac.v1.ClusterRole(name, metadata=meta(labels=role_labels), rules=[rule], opts=child(parent))
+    """One ClusterRole with ``rules``, bound to one ServiceAccount: for rights on cluster-scoped objects. The role
+    is created ``after`` what must be in place before anyone holds its rights."""
+    role = k8s.rbac.v1.ClusterRole(name, metadata=meta(labels=role_labels), rules=list(rules), opts=child(parent, depends_on=list(after)))
     k8s.rbac.v1.ClusterRoleBinding(
         name,
         metadata=meta(labels=role_labels),

@@ -6,7 +6,14 @@ costs the engine its whole Node in the state at every step (docs/benchmark.md). 
 (components/programs/node_keeper.py) merge-patches both, touching only the labels and taints it owns,
 and switches a time-shared pool's window taint at the window's edges. Here: the program and its
 desired state (the labels and taints stay code: they come from the StackConfig, and a change shows in
-the ConfigMap's diff), its RBAC (get and patch on the pool nodes, by name) and its Deployment.
+the ConfigMap's diff), its RBAC, the admission policy that bounds it, and its Deployment.
+
+A node that leaves every pool must lose the pool's labels (or its slurmd pod, with the munge key, stays), so the
+keeper lists and patches nodes it cannot name in advance. RBAC cannot say "only remove": it grants get, list and
+patch on all nodes, plus a verb no API serves (KEEP_VERB) on the pool nodes by name. A ValidatingAdmissionPolicy
+asks the authorizer for that verb: on any other node the keeper may only remove labels, taints and annotations,
+and only the labels and taints its records there name. So a stolen keeper token can still put a pool's labels on
+the pool's own nodes only, as before.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ import pulumi_kubernetes as k8s
 from dualsched.components.common import (
     bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
 )
-from dualsched.components.nodepools import pool_labels
+from dualsched.components.nodepools import keeper_namespace, pool_labels
 from dualsched.components.programs import source
+from dualsched.components.programs.node_keeper import KEPT_BY_LABEL, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
 from dualsched.config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
 KEEPER = "node-keeper"
@@ -30,6 +38,8 @@ PROGRAM_FILE = "node_keeper.py"
 STATE_FILE = "desired.json"
 KEEPER_DIR = "/opt/node-keeper"
 KEEPER_PORT = 8080
+KEEP_VERB = "keep"
+"""Granted on the pool nodes by name; no API serves it: the admission policy asks the authorizer for it."""
 
 
 def _taint(taint: Taint) -> dict[str, str]:
@@ -44,8 +54,10 @@ def _window(config: StackConfig, pool: NodePool) -> Optional[dict]:
 
 
 def desired_state(config: StackConfig) -> dict:
-    """What the program reads: each pool's nodes, labels, static taints and (time-shared) inference window."""
+    """What the program reads: the label selector of the nodes it keeps, and each pool's nodes, labels, static taints
+    and (time-shared) inference window."""
     return {
+        "keptBy": f"{KEPT_BY_LABEL}={keeper_namespace(config)}",
         "pools": [
             {
                 "name": pool.name,
@@ -65,6 +77,41 @@ def kept_taints(config: StackConfig) -> tuple[Taint, ...]:
     return tuple(dict.fromkeys((*taints, *config.window_taints)))
 
 
+def _authorized(verb: str) -> str:
+    return f"authorizer.group('').resource('nodes').name(object.metadata.name).check('{verb}').allowed()"
+
+
+def _recorded(annotation: str) -> str:
+    """The items of one of the keeper's records on the node before the change (none without it)."""
+    return (f"has(oldObject.metadata.annotations) && '{annotation}' in oldObject.metadata.annotations ? "
+            f"oldObject.metadata.annotations['{annotation}'].split(',') : []")  # fmt: skip
+
+
+RECORDED = {"ownedLabels": _recorded(OWNED_LABELS_ANNOTATION), "ownedTaints": _recorded(OWNED_ANNOTATION)}
+"""The admission policy's variables: what the keeper recorded as its own on the node."""
+RELEASE_ONLY = (
+    ("!has(object.metadata.labels) || object.metadata.labels.all(k, has(oldObject.metadata.labels) && "
+     "k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])",
+     "the node keeper may not add or change labels on a node of no pool"),
+    ("!has(oldObject.metadata.labels) || oldObject.metadata.labels.all(k, "
+     "(has(object.metadata.labels) && k in object.metadata.labels) || k in variables.ownedLabels)",
+     "the node keeper may remove only the labels it recorded from a node of no pool"),
+    ("!has(object.spec.taints) || object.spec.taints.all(t, has(oldObject.spec.taints) && "
+     "oldObject.spec.taints.exists(o, o.key == t.key && o.effect == t.effect))",
+     "the node keeper may not add taints to a node of no pool"),
+    ("!has(oldObject.spec.taints) || oldObject.spec.taints.all(o, (has(object.spec.taints) && "
+     "object.spec.taints.exists(t, t.key == o.key && t.effect == o.effect)) || (o.key + ':' + o.effect) in variables.ownedTaints)",
+     "the node keeper may remove only the taints it recorded from a node of no pool"),
+    ("(has(object.spec.unschedulable) && object.spec.unschedulable) == (has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
+     "the node keeper may not cordon or uncordon a node of no pool"),
+    ("!has(object.metadata.annotations) || object.metadata.annotations.all(k, has(oldObject.metadata.annotations) && "
+     "k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])",
+     "the node keeper may not add or change annotations on a node of no pool"),
+)  # fmt: skip
+"""On a node whose name the keeper's role does not list: what a release does (remove the labels and taints it
+recorded, and its records), and nothing else."""
+
+
 @dataclass(frozen=True)
 class NodeKeeperArgs:
     config: StackConfig
@@ -72,8 +119,9 @@ class NodeKeeperArgs:
 
 
 class NodeKeeper(pulumi.ComponentResource):
-    """Desired state, program, RBAC and a one-replica Deployment; ready once the pool nodes carry
-    the labels and taints wanted now. Deleting it leaves them on the nodes as they are."""
+    """Desired state, program, RBAC, its admission policy and a one-replica Deployment; ready once the pool nodes
+    carry the labels and taints wanted now, and the nodes that left every pool none of them. Deleting it leaves
+    them on the nodes as they are."""
 
     config_map_name: pulumi.Output[str]
 
@@ -115,9 +163,45 @@ class NodeKeeper(pulumi.ComponentResource):
         self.register_outputs({"config_map_name": self.config_map_name})
 
     def _allow_node_patches(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]) -> None:
-        # Nodes are cluster-scoped: a ClusterRole, with get and patch on the pool nodes by name only.
-        rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=["get", "patch"])
-        bind_cluster_role(self, name, account, namespace, keeper_labels, rule)
+        # Nodes are cluster-scoped: a ClusterRole. Its patches on nodes outside the pools are bounded by the
+        # policy, which is in force before the role exists.
+        policy = self._release_only_outside_the_pools(name, account, namespace, keeper_labels)
+        every_node = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "patch"])
+        pool_nodes = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=[KEEP_VERB])
+        bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, after=[policy])
+
+    def _release_only_outside_the_pools(
+        self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels
+    ) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding:
+        admission = k8s.admissionregistration.v1
+        by_keeper = pulumi.Output.all(namespace, account.metadata.name).apply(
+            lambda named: f"request.userInfo.username == 'system:serviceaccount:{named[0]}:{named[1]}'"
+        )
+        policy = admission.ValidatingAdmissionPolicy(
+            name,
+            metadata=meta(labels=keeper_labels),
+            spec=admission.ValidatingAdmissionPolicySpecArgs(
+                failure_policy="Fail",
+                match_constraints=admission.MatchResourcesArgs(
+                    resource_rules=[
+                        admission.NamedRuleWithOperationsArgs(api_groups=[""], api_versions=["v1"], operations=["UPDATE"], resources=["nodes"])
+                    ]
+                ),
+                match_conditions=[
+                    admission.MatchConditionArgs(name="by-the-node-keeper", expression=by_keeper),
+                    admission.MatchConditionArgs(name="on-a-node-of-no-pool", expression=f"!{_authorized(KEEP_VERB)}"),
+                ],
+                variables=[admission.VariableArgs(name=n, expression=e) for n, e in RECORDED.items()],
+                validations=[admission.ValidationArgs(expression=e, message=m) for e, m in RELEASE_ONLY],
+            ),
+            opts=child(self),
+        )
+        return admission.ValidatingAdmissionPolicyBinding(
+            name,
+            metadata=meta(labels=keeper_labels),
+            spec=admission.ValidatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name, validation_actions=["Deny"]),
+            opts=child(self),
+        )
 
     @staticmethod
     def _pod_spec(config: StackConfig, account: pulumi.Input[str], files: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:

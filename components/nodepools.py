@@ -10,6 +10,7 @@ middle of a week-long Slurm job.
 
 from __future__ import annotations
 
+from dualsched.components.programs.node_keeper import KEPT_BY_LABEL
 from dualsched.config.models import NodePool, StackConfig
 
 MODE_LABEL = "dualsched.io/mode"
@@ -20,13 +21,21 @@ its own Node. slurmd brings the munge key and the read-write claim of /shared; a
 label on its Node, so a pool label alone would let a node label itself into a pool and get them."""
 
 
+def keeper_namespace(config: StackConfig) -> str:
+    """Where the stack's node keeper runs: Slurm's namespace, or without Slurm the inference namespace. Two stacks
+    in one cluster never share it, so it names the stack on the nodes (KEPT_BY_LABEL)."""
+    return config.slurm.namespace if config.slurm else config.inference.namespace
+
+
 def pool_labels(config: StackConfig, pool: NodePool) -> dict[str, str]:
-    """The labels of every node of ``pool``: what slurmd's nodeSelector and the model servers' affinity match."""
+    """The labels of every node of ``pool``: what slurmd's nodeSelector and the model servers' affinity match, and
+    the stack that keeps them (the keeper finds by it the nodes that left every pool, and releases them)."""
     return {
         config.placement.pool_label: pool.name,
         GUARDED_POOL_LABEL: pool.name,
         MODE_LABEL: pool.mode.value,
         SLURM_GPUS_LABEL: str(pool.slurm_gpu_count),
+        KEPT_BY_LABEL: keeper_namespace(config),
     }
 
 

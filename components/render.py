@@ -152,7 +152,10 @@ class Render:
 
 
 # Kinds whose objects live in no namespace; the provider does not default them to "default".
-_CLUSTER_KINDS = {"Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding", "StorageClass"}
+_CLUSTER_KINDS = {
+    "Namespace", "PersistentVolume", "Node", "ClusterRole", "ClusterRoleBinding", "StorageClass", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"

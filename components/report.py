@@ -877,8 +877,8 @@ def _label_changes(old_labels: Mapping[str, Any], new_labels: Mapping[str, Any])
 
 def _node_keeper_findings(change: Change, plan: Plan) -> list[Finding]:
     """The keeper's labels and taints, per node it keeps after the change; a node whose patch (of an
-    earlier version) changes too is reported with that patch, and a node that left every pool keeps
-    its labels and taints."""
+    earlier version) changes too is reported with that patch, and the nodes that left every pool, which the
+    keeper releases."""
     if change.op == "delete":
         nodes = sorted(_kept_taints(change.old or {}))
         summary = "node keeper removed: the nodes keep their labels and taints as they are, and window taints no longer switch"
@@ -888,8 +888,9 @@ def _node_keeper_findings(change: Change, plan: Plan) -> list[Finding]:
     findings = []
     left = sorted(kept_before - kept_after - patched)
     if left:
-        summary = ("the nodes leave every pool: the node keeper lets go of them, and their labels and taints stay as they "
-                   "are (slurmd stays on them until their labels go: drain them in Slurm, then remove the labels)")
+        summary = ("the nodes leave every pool: the node keeper releases them (removes the labels and taints it set there), "
+                   "so their slurmd pods are removed and the jobs running there die with them: drain them in Slurm first; "
+                   "Kubernetes pods may then schedule onto them")
         findings.append(Finding(Impact.NODE_CHANGE, change, summary, [], left))
     for node in sorted(kept_after - patched):
         old_labels, new_labels = _labels(plan.nodes_before.get(node, {})), _labels(plan.nodes_after.get(node, {}))

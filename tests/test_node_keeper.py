@@ -14,10 +14,11 @@ from typing import Any, Optional
 
 import pytest
 
-from dualsched.components.node_keeper import KEEPER_DIR, PROGRAM_FILE, STATE_FILE, desired_state
+from dualsched.components.node_keeper import KEEP_VERB, KEEPER_DIR, PROGRAM_FILE, RELEASE_ONLY, STATE_FILE, desired_state
 from dualsched.components.programs import source
 from dualsched.components.programs.node_keeper import (
     FIELD_MANAGER,
+    KEPT_BY_LABEL,
     OWNED_ANNOTATION,
     OWNED_LABELS_ANNOTATION,
     ApiServer,
@@ -60,6 +61,7 @@ def taints_only(taints: list[dict]) -> Wanted:
     return Wanted({}, taints)
 
 
+KEPT_BY = f"{KEPT_BY_LABEL}=slurm"
 POOL_LABELS = {"dualsched.io/pool": "h100", "dualsched.io/mode": "dedicated", "dualsched.io/slurm-gpus": "8"}
 THEIR_LABELS = {"kubernetes.io/hostname": "gpu-001", "nvidia.com/gpu.product": "H100"}
 
@@ -96,7 +98,7 @@ def test_windows_are_in_utc_whatever_the_clock_says():
 
 def test_a_closed_window_adds_its_taint_after_the_pools_own():
     dedicated = {"name": "dedicated", "nodes": ["gpu-002"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}
-    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM]), dedicated]}
+    desired = {"keptBy": KEPT_BY, "pools": [time_shared(9 * 60, 480, taints=[SLURM]), dedicated]}
     assert wanted_by_node(desired, at("20:00")) == {"gpu-001": Wanted({}, [SLURM, WINDOW]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
     assert wanted_by_node(desired, at("10:00")) == {"gpu-001": Wanted({}, [SLURM]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
 
@@ -152,7 +154,7 @@ def test_a_taint_already_there_is_adopted_without_touching_the_list():
 
 
 def test_when_the_window_opens_its_taint_and_its_record_go():
-    desired = {"pools": [time_shared(9 * 60, 480)]}
+    desired = {"keptBy": KEPT_BY, "pools": [time_shared(9 * 60, 480)]}
     closed = patch_for(node(FOREIGN), wanted_by_node(desired, at("08:59"))["gpu-001"], at("08:59"))
     assert closed["spec"]["taints"][-1]["key"] == WINDOW["key"]
     after_closing = node(closed["spec"]["taints"], closed["metadata"]["annotations"][OWNED_ANNOTATION])
@@ -216,6 +218,10 @@ class FakeApi:
             raise urllib.error.HTTPError(f"/api/v1/nodes/{name}", 403, "Forbidden", None, None)
         return json.loads(json.dumps(self.nodes[name])) if name in self.nodes else None
 
+    def node_names(self, selector: str) -> list[str]:
+        key, value = selector.split("=")
+        return [name for name, found in self.nodes.items() if found["metadata"]["labels"].get(key) == value]
+
     def patch_node(self, name: str, patch: dict) -> bool:
         if self.conflicts:
             self.conflicts -= 1
@@ -238,7 +244,7 @@ def _keeper(api: FakeApi) -> tuple[Keeper, list[str]]:
 def test_a_pass_logs_one_line_per_change_and_then_has_nothing_to_do():
     api = FakeApi({"gpu-001": node([FOREIGN[0], {**SLURM, "value": "old"}], "dualsched.io/slurm:NoSchedule")})
     keeper, lines = _keeper(api)
-    desired = {"pools": [time_shared(9 * 60, 480, taints=[SLURM])]}
+    desired = {"keptBy": KEPT_BY, "pools": [time_shared(9 * 60, 480, taints=[SLURM])]}
     assert keeper.run_pass(desired, at("20:00"))
     assert lines == ["gpu-001: removed dualsched.io/slurm=old:NoSchedule", "gpu-001: added dualsched.io/slurm=true:NoSchedule",
                      "gpu-001: added dualsched.io/inference-window=closed:NoExecute"]  # fmt: skip
@@ -248,7 +254,7 @@ def test_a_pass_logs_one_line_per_change_and_then_has_nothing_to_do():
 def test_a_pass_sets_labels_and_taints_in_one_patch_and_logs_each():
     api = FakeApi({"gpu-001": node([FOREIGN[0]], labels=THEIR_LABELS)})
     keeper, lines = _keeper(api)
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}]}
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}]}
     assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON) and len(api.patches) == 1
     assert api.nodes["gpu-001"]["metadata"]["labels"] == {**THEIR_LABELS, **POOL_LABELS}
     assert lines == [*(f"gpu-001: label {k}={v} set" for k, v in POOL_LABELS.items()), "gpu-001: added dualsched.io/slurm=true:NoSchedule"]
@@ -258,9 +264,48 @@ def test_a_pass_sets_labels_and_taints_in_one_patch_and_logs_each():
     assert lines[-3:] == ["gpu-001: label dualsched.io/pool=p set", "gpu-001: label dualsched.io/mode removed", "gpu-001: label dualsched.io/slurm-gpus removed"]
 
 
+def kept(pool_name: str, by: str = "slurm") -> dict[str, Any]:
+    """A node the keeper of namespace ``by`` put into pool ``pool_name``, beside a foreign label and taint."""
+    labels = {**THEIR_LABELS, **POOL_LABELS, "dualsched.io/pool": pool_name, KEPT_BY_LABEL: by}
+    recorded = ",".join(sorted({*POOL_LABELS, KEPT_BY_LABEL}))
+    return node([FOREIGN[0], SLURM], "dualsched.io/slurm:NoSchedule", labels=labels, owned_labels=recorded)
+
+
+def test_a_node_that_left_every_pool_loses_what_the_keeper_recorded_there_and_nothing_else():
+    api = FakeApi({"gpu-001": kept("h100"), "gpu-002": kept("h100")})
+    keeper, lines = _keeper(api)
+    pool = {"name": "h100", "nodes": ["gpu-002"], "labels": {**POOL_LABELS, KEPT_BY_LABEL: "slurm"}, "taints": [SLURM], "window": None}
+    desired = {"keptBy": KEPT_BY, "pools": [pool]}
+    assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON)
+    released = api.nodes["gpu-001"]
+    assert released["metadata"]["labels"] == THEIR_LABELS and released["spec"]["taints"] == [FOREIGN[0]]
+    assert released["metadata"]["annotations"] == {}  # its records go too: the node is nobody's
+    assert lines[0] == "gpu-001: in no pool any more: released" and len(lines) == 1 + len(POOL_LABELS) + 2  # labels, taint
+    assert [name for name, _ in api.patches] == ["gpu-001"]  # once; gpu-002 was as wanted
+
+
+def test_a_node_another_stacks_keeper_keeps_is_never_released():
+    api = FakeApi({"gpu-001": kept("h100", by="team-b")})
+    keeper, lines = _keeper(api)
+    assert keeper.run_pass({"keptBy": KEPT_BY, "pools": []}, NOON)
+    assert api.patches == [] and lines == []
+
+
+def test_a_refused_list_of_kept_nodes_still_keeps_the_pool_nodes_and_the_pass_is_incomplete():
+    class NoList(FakeApi):
+        def node_names(self, selector):
+            raise urllib.error.HTTPError("/api/v1/nodes", 403, "Forbidden", None, None)
+
+    api = NoList({"gpu-001": node([])})
+    keeper, lines = _keeper(api)
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001"], "labels": {}, "taints": [SLURM], "window": None}]}
+    assert not keeper.run_pass(desired, NOON)
+    assert lines[0] == "the list of kept nodes: the API server refused: 403 Forbidden" and api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
+
+
 def test_a_missing_node_is_logged_once_and_does_not_stop_readiness():
     keeper, lines = _keeper(FakeApi({"gpu-002": node([])}))
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON)
     assert lines == ["gpu-001: no such node (yet); its labels and taints are set once it joins", "gpu-002: added dualsched.io/slurm=true:NoSchedule"]
 
@@ -268,7 +313,7 @@ def test_a_missing_node_is_logged_once_and_does_not_stop_readiness():
 def test_a_conflict_leaves_the_pass_incomplete_and_the_next_pass_retries():
     api = FakeApi({"gpu-001": node([])}, conflicts=1)
     keeper, lines = _keeper(api)
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001"], "labels": {}, "taints": [SLURM], "window": None}]}
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert lines == ["gpu-001: changed by someone else meanwhile, trying again on the next pass"]
     assert keeper.run_pass(desired, NOON) and api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
@@ -277,7 +322,7 @@ def test_a_conflict_leaves_the_pass_incomplete_and_the_next_pass_retries():
 def test_a_refused_node_is_logged_and_the_pass_goes_on():
     api = FakeApi({"gpu-001": node([]), "gpu-002": node([])}, refuse="gpu-001")
     keeper, lines = _keeper(api)
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert lines[0] == "gpu-001: the API server refused: 403 Forbidden" and [name for name, _ in api.patches] == ["gpu-002"]
 
@@ -288,7 +333,7 @@ def test_without_an_answer_from_the_api_server_the_pass_stops():
             raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
     keeper, lines = _keeper(Down({}))
-    desired = {"pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001", "gpu-002"], "labels": {}, "taints": [SLURM], "window": None}]}
     assert not keeper.run_pass(desired, NOON)
     assert len(lines) == 1 and lines[0].startswith("gpu-001: no answer from the API server")
 
@@ -321,12 +366,14 @@ class FakeApiServer(BaseHTTPRequestHandler):
 
     requests: list[tuple[str, str, dict, Any]] = []
     answers: dict[str, int] = {}
+    listing: dict[str, Any] = {"items": []}
 
     def _answer(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         FakeApiServer.requests.append((self.command, self.path, dict(self.headers), json.loads(body) if body else None))
         status = FakeApiServer.answers.get(f"{self.command} {self.path.split('?')[0]}", 200)
-        payload = json.dumps(node([]) if status == 200 else {"kind": "Status", "code": status}).encode()
+        found = FakeApiServer.listing if "labelSelector=" in self.path else node([])
+        payload = json.dumps(found if status == 200 else {"kind": "Status", "code": status}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -356,6 +403,13 @@ def test_the_keeper_gets_and_merge_patches_one_node_with_its_own_token(api):
     assert (get_method, get_path, get_headers["Authorization"]) == ("GET", "/api/v1/nodes/gpu-001", "Bearer keeper-token")
     assert (method, path) == ("PATCH", f"/api/v1/nodes/gpu-001?fieldManager={FIELD_MANAGER}")
     assert headers["Content-Type"] == "application/merge-patch+json" and body == {"metadata": {"resourceVersion": "7"}}
+
+
+def test_the_kept_nodes_are_listed_by_their_label(api):
+    FakeApiServer.listing = {"items": [node([])]}
+    assert api.node_names(KEPT_BY) == ["gpu-001"]
+    [(method, path, headers, _)] = FakeApiServer.requests
+    assert (method, path, headers["Authorization"]) == ("GET", "/api/v1/nodes?labelSelector=dualsched.io%2Fkept-by%3Dslurm", "Bearer keeper-token")
 
 
 def test_a_missing_node_is_none_a_conflict_is_false_and_other_refusals_raise(api):
@@ -390,7 +444,7 @@ def test_dev_wants_no_taint_and_prod_the_slurm_taint_on_its_dedicated_pools():
     [dev] = json.loads(_keeper_objects(render_stack("dev"))[0].manifest["data"][STATE_FILE])["pools"]
     assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None,
                    "labels": {"dualsched.io/pool": "gpu", "node-restriction.kubernetes.io/dualsched-pool": "gpu",
-                              "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "6"}}  # fmt: skip
+                              "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "6", KEPT_BY_LABEL: "slurm"}}  # fmt: skip
     prod = {pool["name"]: pool for pool in json.loads(_keeper_objects(render_stack("prod"))[0].manifest["data"][STATE_FILE])["pools"]}
     assert prod["h100-a"]["taints"] == prod["h100-b"]["taints"] == [SLURM]
     assert prod["h100-a"]["nodes"][0] == "gpu-a-001" and len(prod["h100-a"]["nodes"]) == 32
@@ -430,15 +484,37 @@ def test_a_time_shared_pool_gets_its_window_and_the_window_taint_while_closed():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_the_keeper_may_get_and_patch_the_pool_nodes_and_nothing_else(stack):
+def test_the_keeper_patches_any_node_but_keeps_only_the_pool_nodes_by_name(stack):
     rendered = render_stack(stack)
     [role] = [r for r in rendered.by_kind("ClusterRole") if r.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
     nodes = sorted(name for pool in rendered.config.pools for name in pool.node_names)
-    assert role.manifest["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": nodes, "verbs": ["get", "patch"]}]
+    assert role.manifest["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "resourceNames": nodes, "verbs": [KEEP_VERB]},
+    ]
     [binding] = [b for b in rendered.by_kind("ClusterRoleBinding") if b.manifest["roleRef"]["name"] == role.name]
     [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "node-keeper" in a.name]
     assert binding.manifest["subjects"] == [{"kind": "ServiceAccount", "name": account.name, "namespace": "slurm"}]
     assert pod_spec(_keeper_objects(rendered)[1])["serviceAccountName"] == account.name
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_on_a_node_it_may_not_keep_an_admission_policy_lets_the_keeper_only_release(stack):
+    """What the policy allows and refuses is run on a real API server (tests/e2e/test_engine.py); here, that it
+    binds the keeper's account, on the nodes its role does not name, denying."""
+    rendered = render_stack(stack)
+    [policy] = rendered.by_kind("ValidatingAdmissionPolicy")
+    [binding] = rendered.by_kind("ValidatingAdmissionPolicyBinding")
+    [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "node-keeper" in a.name]
+    spec = policy.manifest["spec"]
+    assert spec["failurePolicy"] == "Fail" and policy.namespace is None
+    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}]
+    assert [c["expression"] for c in spec["matchConditions"]] == [
+        f"request.userInfo.username == 'system:serviceaccount:slurm:{account.name}'",
+        f"!authorizer.group('').resource('nodes').name(object.metadata.name).check('{KEEP_VERB}').allowed()",
+    ]
+    assert [v["expression"] for v in spec["validations"]] == [e for e, _ in RELEASE_ONLY]
+    assert binding.manifest["spec"] == {"policyName": policy.name, "validationActions": ["Deny"]}
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

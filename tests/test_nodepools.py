@@ -9,6 +9,7 @@ import pytest
 
 from dualsched.components.node_keeper import STATE_FILE
 from dualsched.components.nodepools import GUARDED_POOL_LABEL, MODE_LABEL, SLURM_GPUS_LABEL, pool_labels
+from dualsched.components.programs.node_keeper import KEPT_BY_LABEL
 from rendering import render_raw, render_stack, variant
 
 POOL_LABEL = "dualsched.io/pool"
@@ -28,7 +29,7 @@ def test_every_pool_node_gets_the_pool_mode_and_slurm_share_labels(stack):
     for pool in rendered.config.pools:
         for name in pool.node_names:
             assert kept[name] == {POOL_LABEL: pool.name, GUARDED_POOL_LABEL: pool.name, MODE_LABEL: pool.mode.value,
-                                  SLURM_GPUS_LABEL: str(pool.slurm_gpu_count)}  # fmt: skip
+                                  SLURM_GPUS_LABEL: str(pool.slurm_gpu_count), KEPT_BY_LABEL: "slurm"}  # fmt: skip
     assert kept["gpu-a-001"][SLURM_GPUS_LABEL] == "8" if stack == "prod" else kept["gpu-001"][SLURM_GPUS_LABEL] == "6"
 
 
@@ -38,7 +39,7 @@ def test_kubernetes_pools_are_labelled_with_no_slurm_share():
 
     rendered = render_raw(variant("dev", add_pool))
     assert _kept_labels(rendered)["inf-01"] == {POOL_LABEL: "serve", GUARDED_POOL_LABEL: "serve", MODE_LABEL: "kubernetes",
-                                                SLURM_GPUS_LABEL: "0"}  # fmt: skip
+                                                SLURM_GPUS_LABEL: "0", KEPT_BY_LABEL: "slurm"}  # fmt: skip
 
 
 def test_the_pool_label_key_comes_from_the_placement_config():

@@ -65,7 +65,8 @@ def test_stack_render_writes_one_file_per_object_grouped_by_namespace(stack, tmp
     cluster_scoped = {yaml.safe_load(p.read_text())["kind"] for p in (out / CLUSTER_SCOPED).iterdir()}
     # ClusterRole and binding: the token minter may create TokenReviews (components/tokens.py)
     # no Node: the node keeper writes the pools' labels and taints (components/node_keeper.py)
-    assert cluster_scoped == {"Namespace", "PersistentVolume", "ClusterRole", "ClusterRoleBinding"}
+    assert cluster_scoped == {"Namespace", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                              "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 
 
 def test_the_options_no_manifest_shows_are_written_beside_the_objects(tmp_path, captured):

@@ -28,6 +28,7 @@ from dualsched.components.report import (
     Finding,
     Impact,
     Plan,
+    _renamed,
     classify,
     delta_lines,
     main,
@@ -265,11 +266,11 @@ def test_a_mode_switch_says_what_it_does_to_running_jobs_and_pods(tmp_path, mode
     assert f"mode `partitioned` → `{mode}`: " in change.summary and says in change.summary, change.summary
 
 
-def test_a_node_that_leaves_its_pool_keeps_its_labels_and_taints(tmp_path):
+def test_a_node_that_leaves_every_pool_is_released_and_the_report_says_to_drain_it_first(tmp_path):
     compared = compare(tmp_path, "prod", lambda raw: raw["pools"][1].update(nodes="gpu-b-[001-031]"))
     [left] = [f for f in compared.of(Impact.NODE_CHANGE) if f.nodes == ["gpu-b-032"]]
     assert left.change.kind == "ConfigMap" and left.change.name.startswith("dualsched-node-keeper")
-    assert left.summary.startswith("the nodes leave every pool: the node keeper lets go of them, and their labels and taints stay")
+    assert left.summary.startswith("the nodes leave every pool: the node keeper releases them") and "drain them in Slurm first" in left.summary
     assert "- `gpu-b-032` (1 node): the nodes leave every pool" in compared.markdown
     assert not [f for f in compared.of(Impact.NODE_CHANGE) if "gpu-b-031" in f.nodes]
 
@@ -341,10 +342,9 @@ def _as_auto_named_claims(directory: Path) -> dict[str, str]:
         renamed[name] = f"{name.rsplit('-', 1)[0]}-0ld5uff1"
 
     def earlier(path: Path, manifest: dict) -> bool:
-        manifest = _renamed_in(manifest, renamed)
+        manifest.update(_renamed(manifest, renamed))
         if manifest["kind"] == "PersistentVolume":
             del manifest["spec"]["claimRef"]
-        path.write_text(yaml.safe_dump(manifest))
         return True
 
     _moved(directory, earlier)
@@ -352,16 +352,6 @@ def _as_auto_named_claims(directory: Path) -> dict[str, str]:
     flags = json.loads(options.read_text())
     options.write_text(json.dumps({file: {k: v for k, v in f.items() if k != "ignoreChanges"} for file, f in flags.items()}))
     return renamed
-
-
-def _renamed_in(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, dict):
-        value.update({key: _renamed_in(item, names) for key, item in value.items()})
-        return value
-    if isinstance(value, list):
-        value[:] = [_renamed_in(item, names) for item in value]
-        return value
-    return names.get(value, value)
 
 
 def test_a_stack_from_before_claim_ref_keeps_its_claims_and_volumes_as_the_engine_does(tmp_path):

@@ -7,7 +7,7 @@ and neither slurmd nor a model server would find a node. This runs the keeper's 
 (components/programs/node_keeper.py: ``Keeper``, ``ApiServer``) on the host instead, as its pod would:
 every ``PERIOD`` seconds, for each node-keeper Deployment in the cluster, one pass over the desired
 state of the ConfigMap its pod template mounts, with a token of the keeper's own ServiceAccount (so under
-its RBAC: get and patch on the pool nodes, by name). What it does not prove: the pod itself (its image,
+its RBAC and admission policy: it keeps the pool nodes and may only release others). What it does not prove: the pod itself (its image,
 probes, NetworkPolicy, SIGTERM); tests/node/test_node_taints.py runs that on a real kubelet.
 """
 

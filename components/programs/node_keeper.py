@@ -19,7 +19,12 @@ the window's opening, goes away, and a taint it never set is never touched or mo
 by key, in ``OWNED_LABELS_ANNOTATION``: a label it wants is set to the wanted value (whoever set it
 before), a label it recorded and no longer wants is removed, any other label is never touched.
 
-Desired state (JSON): ``{"pools": [{"name", "nodes": [...], "labels": {key: value},
+A node that leaves every pool is released: each pool node carries ``KEPT_BY_LABEL`` (one of the labels it
+owns), each pass lists the nodes with it, and a listed node no pool names loses every label and taint the
+keeper recorded, that label too. Its slurmd pod, with the munge key, goes with the pool label. The keeper
+may patch such a node only to remove what it recorded there (components/node_keeper.py's admission policy).
+
+Desired state (JSON): ``{"keptBy": "<label selector>", "pools": [{"name", "nodes": [...], "labels": {key: value},
 "taints": [{"key", "value", "effect"}], "window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``.
 A time-shared pool's nodes carry the window taint while its daily window (UTC) is closed.
 
@@ -39,15 +44,18 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping, NamedTuple, Optional, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol
 
 OWNED_ANNOTATION = "dualsched.io/owned-taints"
 """The taints this program owns on the node (those it wants), as ``key:Effect,key:Effect`` (taint keys hold no ':' or ',')."""
 OWNED_LABELS_ANNOTATION = "dualsched.io/owned-labels"
 """The label keys this program owns on the node (those it wants), as ``key,key`` (label keys hold no ',')."""
+KEPT_BY_LABEL = "dualsched.io/kept-by"
+"""On each node of a pool, the namespace of the keeper that keeps it: the nodes to release once no pool names them."""
 FIELD_MANAGER = "dualsched-node-keeper"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PASS_SECONDS = 10
@@ -87,6 +95,10 @@ class Wanted(NamedTuple):
 
     labels: Mapping[str, str]
     taints: list[Taint]
+
+
+RELEASED = Wanted({}, [])
+"""What a node that left every pool should carry of the keeper's: nothing."""
 
 
 def wanted_by_node(desired: Mapping, now: datetime) -> dict[str, Wanted]:
@@ -180,6 +192,8 @@ def changes(node: Mapping, patch: Mapping) -> list[str]:
 class NodeApi(Protocol):
     def node(self, name: str) -> Optional[dict]: ...
 
+    def node_names(self, selector: str) -> list[str]: ...
+
     def patch_node(self, name: str, patch: Mapping) -> bool: ...
 
 
@@ -211,6 +225,11 @@ class ApiServer:
                 return None
             raise
 
+    def node_names(self, selector: str) -> list[str]:
+        """The names of the nodes that ``selector`` (a label selector) matches."""
+        listed = self._call("GET", f"/api/v1/nodes?{urllib.parse.urlencode({'labelSelector': selector})}")
+        return [item["metadata"]["name"] for item in listed["items"]]
+
     def patch_node(self, name: str, patch: Mapping) -> bool:
         """False when the node changed since it was read (409): try again on the next pass."""
         try:
@@ -226,6 +245,10 @@ def log_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+REFUSED, NO_ANSWER = object(), object()
+"""What a call came to when the API server refused it, or did not answer."""
+
+
 class Keeper:
     """One pass over every pool node; remembers which nodes it already reported missing."""
 
@@ -238,7 +261,7 @@ class Keeper:
         """Bring one node to its wanted labels and taints; True when it is there (or not in the cluster)."""
         node = self.api.node(name)
         if node is None:
-            if name not in self.missing:
+            if wanted is not RELEASED and name not in self.missing:
                 self.log(f"{name}: no such node (yet); its labels and taints are set once it joins")
                 self.missing.add(name)
             return True
@@ -249,24 +272,41 @@ class Keeper:
         if not self.api.patch_node(name, patch):
             self.log(f"{name}: changed by someone else meanwhile, trying again on the next pass")
             return False
+        if wanted is RELEASED:
+            self.log(f"{name}: in no pool any more: released")
         for change in changes(node, patch):
             self.log(f"{name}: {change}")
         return True
 
     def run_pass(self, desired: Mapping, now: datetime) -> bool:
-        """True when every node was as wanted at the end of the pass. A node the API server refuses
-        is logged and the pass goes on; when the API server does not answer, the pass stops there."""
-        complete = True
-        for name, wanted in wanted_by_node(desired, now).items():
-            try:
-                complete = self.keep(name, wanted, now) and complete
-            except urllib.error.HTTPError as error:
-                self.log(f"{name}: the API server refused: {error.code} {error.reason}")
-                complete = False
-            except (OSError, ValueError) as error:
-                self.log(f"{name}: no answer from the API server ({error}); the pass stops here")
+        """True when every node was as wanted at the end of the pass, the released ones too. A node (or the
+        list of kept nodes) the API server refuses is logged and the pass goes on; when the API server does not
+        answer, the pass stops there."""
+        listed = self.attempt("the list of kept nodes", lambda: self.released(desired))
+        if listed is NO_ANSWER:
+            return False
+        complete = listed is not REFUSED
+        for name, wanted in {**(listed if complete else {}), **wanted_by_node(desired, now)}.items():
+            done = self.attempt(name, lambda: self.keep(name, wanted, now))
+            if done is NO_ANSWER:
                 return False
+            complete = done is True and complete
         return complete
+
+    def attempt(self, subject: str, step: Callable[[], Any]) -> Any:
+        """``step()``, or REFUSED or NO_ANSWER from the API server (each logged)."""
+        try:
+            return step()
+        except urllib.error.HTTPError as error:
+            self.log(f"{subject}: the API server refused: {error.code} {error.reason}")
+            return REFUSED
+        except (OSError, ValueError) as error:
+            self.log(f"{subject}: no answer from the API server ({error}); the pass stops here")
+            return NO_ANSWER
+
+    def released(self, desired: Mapping) -> dict[str, Wanted]:
+        """The nodes this keeper kept that no pool names now (RELEASED each): listed by its label."""
+        return {name: RELEASED for name in self.api.node_names(desired["keptBy"])}
 
 
 def serve_health(port: int, keeper: Keeper) -> ThreadingHTTPServer:

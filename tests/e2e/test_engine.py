@@ -3,7 +3,7 @@
 One stack goes through a life in this order (module-scoped fixtures, tests in file order):
 preview + up of dev -> placement, storage, Pod Security, no-op preview, no secrets in the export
 -> a new partition (configuration only) -> a variant with a Slurm-dedicated pool on two more GPU
-nodes -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
+nodes -> that pool dropped again (its nodes released: the keeper's labels, taints and slurmd gone) -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
 retained stays: the Slurm namespace with the controller state and database claims, the shared PVs,
 the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. KWOK runs
 no container: the node keeper's program runs on the host instead (tools/host_keeper.py) and writes the pools'
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from dualsched.components.node_keeper import KEEPER, STATE_FILE
+from dualsched.components.node_keeper import KEEP_VERB, KEEPER, STATE_FILE
 from dualsched.components.slurm_config import CLUSTER_NAME_LOCK
 from dualsched.config import StackConfig, parse_stack_config
 from dualsched.config.models import path_under
@@ -150,8 +151,8 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
     # with the token minter, slurmrestd, the node keeper, the slurmd rollout controller, the login pods, the
     # pool's TaskProlog and every namespace's NetworkPolicies; no munge key or claim for Jobs; no object per
-    # node: the keeper labels the nodes
-    assert sum(1 for obj in render.objects) == 69
+    # node: the keeper labels the nodes (bounded by its admission policy and binding)
+    assert sum(1 for obj in render.objects) == 71
 
 
 def test_up_succeeds(dev: Deployed):
@@ -241,9 +242,9 @@ def check_node_placement(world: World, config: StackConfig) -> None:
     wanted = {node: [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in config.pool_taints(pool)]
               for pool in config.pools for node in pool.node_names}  # fmt: skip
     assert kept_taints(world, config) == wanted
-    # the keeper may read and patch exactly these nodes
+    # the keeper keeps exactly these nodes (elsewhere it may only release: its admission policy)
     [role] = world.kget("clusterroles", "-l", f"app.kubernetes.io/name={KEEPER}")["items"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": sorted(wanted), "verbs": ["get", "patch"]}]
+    assert role["rules"][1] == {"apiGroups": [""], "resources": ["nodes"], "resourceNames": sorted(wanted), "verbs": [KEEP_VERB]}
 
 
 def test_node_labels_and_taints_come_from_the_config(world: World, dev: Deployed):
@@ -424,6 +425,64 @@ def test_no_inference_pod_on_a_dedicated_node(world: World, dedicated: Deployed)
     assert sorted(placed) == ["gpu-001", "gpu-001", "gpu-002", "gpu-002"]
 
 
+@pytest.fixture(scope="module")
+def released(world: World, dedicated: Deployed, new_partition) -> Deployed:
+    """The dedicated pool dropped again: its nodes leave every pool."""
+    raw = json.loads(json.dumps(new_partition[0]))
+    world.write_config("dev", raw)
+    up = timed("up (dedicated pool dropped)", dedicated.stack.up, color="never")
+    return Deployed(dedicated.stack, raw, None, Steps(), up)
+
+
+def ours(node: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """What of the keeper's a node carries: label keys, taint keys, annotation keys."""
+    metadata = node["metadata"]
+    return ([k for k in metadata.get("labels", {}) if "dualsched" in k],
+            [t["key"] for t in node["spec"].get("taints", []) if "dualsched" in t["key"]],
+            [k for k in metadata.get("annotations", {}) if k.startswith("dualsched.io/")])  # fmt: skip
+
+
+def test_nodes_that_leave_every_pool_lose_the_keepers_labels_taints_and_slurmd(world: World, released: Deployed):
+    """The keeper lists the nodes by its label and releases them, under its own token's RBAC and admission policy
+    (tools/host_keeper.py): the DaemonSet controller then removes their slurmd pods, and with them the munge key."""
+    assert released.up.summary.result == "succeeded"
+    namespace = released.config.slurm.namespace
+
+    def carried() -> dict[str, Any]:
+        found = nodes(world)
+        slurmd = {p["spec"].get("nodeName") for p in pods(world, namespace, "app.kubernetes.io/name=slurmd")}
+        return {name: (ours(found[name]), name in slurmd) for name in EXTRA_NODES}
+
+    deadline = time.monotonic() + 90
+    while carried() != {name: (([], [], []), False) for name in EXTRA_NODES} and time.monotonic() < deadline:
+        time.sleep(2)
+    assert carried() == {name: (([], [], []), False) for name in EXTRA_NODES}
+    assert nodes(world)["gpu-003"]["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-003"  # nobody else's label goes
+    check_node_placement(world, released.config)
+
+
+def test_on_a_node_of_no_pool_the_keepers_token_may_only_release(world: World, released: Deployed):
+    namespace = released.config.slurm.namespace
+    [keeper] = pods(world, namespace, f"app.kubernetes.io/name={KEEPER}")
+    token = world.kubectl("create", "token", keeper["spec"]["serviceAccountName"], "-n", namespace).stdout.strip()
+
+    def as_keeper(*args: str):
+        """kubectl with the keeper's token alone (the world's kubeconfig would authenticate by its client certificate)."""
+        server = re.search(r"server: (\S+)", (world.cluster_dir / "kubeconfig").read_text()).group(1)
+        return world.kubectl("--kubeconfig=/dev/null", f"--server={server}", f"--certificate-authority={world.cluster_dir / 'pki' / 'ca.crt'}",
+                             f"--token={token}", *args, check=False)  # fmt: skip
+
+    labelled = as_keeper("label", "node", "gpu-003", f"{released.config.placement.pool_label}=gpu")
+    assert labelled.returncode != 0 and "may not add or change labels on a node of no pool" in labelled.stderr, labelled.stderr
+    tainted = as_keeper("taint", "node", "gpu-003", "example.com/x=y:NoSchedule")
+    assert tainted.returncode != 0 and "may not add taints to a node of no pool" in tainted.stderr, tainted.stderr
+    foreign = as_keeper("label", "node", "gpu-003", "kubernetes.io/hostname-")
+    assert foreign.returncode != 0 and "may remove only the labels it recorded" in foreign.stderr, foreign.stderr
+    # on a pool node the role names, the policy does not apply: the keeper writes its labels there
+    assert as_keeper("label", "node", "gpu-001", "dualsched.io/probe=1").returncode == 0
+    assert as_keeper("label", "node", "gpu-001", "dualsched.io/probe-").returncode == 0
+
+
 # ------------------------------------------------------------------ 7. destroy
 
 
@@ -438,7 +497,7 @@ class Destroyed:
 
 
 @pytest.fixture(scope="module")
-def destroyed(world: World, dedicated: Deployed) -> Destroyed:
+def destroyed(world: World, released: Deployed) -> Destroyed:
     # This stack's shares: a consumer's stack in the same cluster (test_component_package_engine.py)
     # retains its own, under its own instance name.
     volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/instance=dualsched-shared")["items"]}
@@ -447,14 +506,14 @@ def destroyed(world: World, dedicated: Deployed) -> Destroyed:
     # Every stack protects its ClusterName lock: a plain destroy (with --skip-preview, as here) deletes
     # everything else, then fails at the lock ...
     with pytest.raises(auto.CommandError) as refused:
-        timed("destroy (dev, refused: ClusterName lock)", dedicated.stack.destroy, color="never")
-    resources = dedicated.stack.export_stack().deployment["resources"]
+        timed("destroy (dev, refused: ClusterName lock)", released.stack.destroy, color="never")
+    resources = released.stack.export_stack().deployment["resources"]
     left = [r["type"] for r in resources if not r["type"].startswith("pulumi:")]
     # ... which goes too once it is unprotected on purpose (docs/deploy.md, "Data that outlives the program")
     (lock,) = [r["urn"] for r in resources if r["urn"].endswith(CLUSTER_NAME_LOCK)]
     world.run(["pulumi", "state", "unprotect", lock, "--stack", "dev", "--yes", "--cwd", str(world.project)])
-    result = timed("destroy (dev)", dedicated.stack.destroy, color="never")
-    return Destroyed(dedicated, volumes, state_claims, str(refused.value), left, result)
+    result = timed("destroy (dev)", released.stack.destroy, color="never")
+    return Destroyed(released, volumes, state_claims, str(refused.value), left, result)
 
 
 def test_destroy_is_refused_until_the_cluster_name_lock_is_lifted(destroyed: Destroyed):
