@@ -208,11 +208,12 @@ def bind_cluster_role(
     role_labels: Mapping[str, str],
     *rules: k8s.rbac.v1.PolicyRuleArgs,
     after: Sequence[pulumi.Resource] = (),
-) -> None:
+) -> k8s.rbac.v1.ClusterRoleBinding:
     """One ClusterRole with ``rules``, bound to one ServiceAccount: for rights on cluster-scoped objects. The role
-    is created ``after`` what must be in place before anyone holds its rights."""
+    is created ``after`` what must be in place before anyone holds its rights; a pod that needs them from its
+    start waits for the binding returned."""
     role = k8s.rbac.v1.ClusterRole(name, metadata=meta(labels=role_labels), rules=list(rules), opts=child(parent, depends_on=list(after)))
-    k8s.rbac.v1.ClusterRoleBinding(
+    return k8s.rbac.v1.ClusterRoleBinding(
         name,
         metadata=meta(labels=role_labels),
         role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role.metadata.name),

@@ -131,7 +131,7 @@ class NodeKeeper(pulumi.ComponentResource):
         keeper_labels = labels(KEEPER, config.slurm.cluster_name if config.slurm else name)
         account = k8s.core.v1.ServiceAccount(name, metadata=meta(namespace=namespace, labels=keeper_labels), opts=child(self))
         nodes = sorted({node for pool in config.pools for node in pool.node_names})
-        self._allow_node_patches(name, account, namespace, keeper_labels, nodes)
+        allowed = self._allow_node_patches(name, account, namespace, keeper_labels, nodes)
         # Program and desired state in one auto-named ConfigMap: a change replaces it under a new name,
         # which rolls the pod, and the new pod is ready once the nodes carry the new labels and taints.
         files = k8s.core.v1.ConfigMap(
@@ -157,18 +157,21 @@ class NodeKeeper(pulumi.ComponentResource):
                     metadata=meta(labels=keeper_labels), spec=self._pod_spec(config, account.metadata.name, files.metadata.name)
                 ),
             ),
-            opts=child(self),
+            # its first pass needs its rights: started before its ClusterRole, it logged 403s for a pass
+            opts=child(self, depends_on=[allowed]),
         )
         self.config_map_name = files.metadata.name
         self.register_outputs({"config_map_name": self.config_map_name})
 
-    def _allow_node_patches(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]) -> None:
+    def _allow_node_patches(
+        self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]
+    ) -> k8s.rbac.v1.ClusterRoleBinding:
         # Nodes are cluster-scoped: a ClusterRole. Its patches on nodes outside the pools are bounded by the
         # policy, which is in force before the role exists.
         policy = self._release_only_outside_the_pools(name, account, namespace, keeper_labels)
         every_node = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "patch"])
         pool_nodes = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=[KEEP_VERB])
-        bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, after=[policy])
+        return bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, after=[policy])
 
     def _release_only_outside_the_pools(
         self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels

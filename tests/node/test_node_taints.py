@@ -24,7 +24,7 @@ import yaml
 
 from dualsched.components.node_keeper import KEEPER
 from dualsched.components.nodepools import GUARDED_POOL_LABEL
-from dualsched.components.programs.node_keeper import FIELD_MANAGER, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
+from dualsched.components.programs.node_keeper import FIELD_MANAGER, KEPT_BY_LABEL, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
 from e2e_support import TIMINGS, copy_project, tail
 from node_support import NodeWorld, local_config
 
@@ -41,7 +41,7 @@ POOL_LABEL = "dualsched.io/pool"
 MOVED_POOL_LABEL = "dualsched.io/keeper-test-pool"
 """placement.poolLabel of the second config: the first one's pool label key leaves the desired state."""
 SELECTED = "keeper-selected"
-OUR_LABEL_KEYS = (POOL_LABEL, MOVED_POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus", GUARDED_POOL_LABEL)
+OUR_LABEL_KEYS = (POOL_LABEL, MOVED_POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus", GUARDED_POOL_LABEL, KEPT_BY_LABEL)
 PROGRAM = """
 import pulumi
 import pulumi_kubernetes as k8s
@@ -184,10 +184,13 @@ def test_our_taint_is_added_after_the_foreign_ones_which_stay_as_they_were(taint
 
 def test_the_pools_labels_are_on_the_node_and_recorded_as_the_keepers(tainted: Keeper):
     labels = tainted.node()["metadata"]["labels"]
-    assert {key: labels.get(key) for key in (POOL_LABEL, GUARDED_POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus")} == {
-        POOL_LABEL: "gpu", GUARDED_POOL_LABEL: "gpu", "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "2"}
+    assert {key: labels.get(key) for key in (POOL_LABEL, GUARDED_POOL_LABEL, "dualsched.io/mode", "dualsched.io/slurm-gpus", KEPT_BY_LABEL)} == {
+        POOL_LABEL: "gpu", GUARDED_POOL_LABEL: "gpu", "dualsched.io/mode": "partitioned", "dualsched.io/slurm-gpus": "2",
+        KEPT_BY_LABEL: NAMESPACE}  # fmt: skip
     annotations = tainted.node()["metadata"]["annotations"]
-    assert annotations[OWNED_LABELS_ANNOTATION] == f"dualsched.io/mode,{POOL_LABEL},dualsched.io/slurm-gpus,{GUARDED_POOL_LABEL}"
+    assert annotations[OWNED_LABELS_ANNOTATION] == f"{KEPT_BY_LABEL},dualsched.io/mode,{POOL_LABEL},dualsched.io/slurm-gpus,{GUARDED_POOL_LABEL}"
+    # its ClusterRole existed before its first pass: not one call refused
+    assert "refused" not in tainted.logs()
     assert f"{NODE}: label {POOL_LABEL}=gpu set" in tainted.logs()
 
 
@@ -221,7 +224,7 @@ def test_a_label_dropped_from_the_config_goes_and_the_foreign_one_stays(window_c
     assert POOL_LABEL not in labels and labels[MOVED_POOL_LABEL] == "gpu" and labels["dualsched.io/mode"] == "time-shared"
     assert labels[FOREIGN_LABEL[0]] == FOREIGN_LABEL[1] and labels["kubernetes.io/hostname"] == NODE
     assert node["metadata"]["annotations"][OWNED_LABELS_ANNOTATION] == (
-        f"{MOVED_POOL_LABEL},dualsched.io/mode,dualsched.io/slurm-gpus,{GUARDED_POOL_LABEL}")
+        f"{MOVED_POOL_LABEL},{KEPT_BY_LABEL},dualsched.io/mode,dualsched.io/slurm-gpus,{GUARDED_POOL_LABEL}")
     assert f"{NODE}: label {POOL_LABEL} removed" in window_closed.logs()
     # the DaemonSet follows the new key, and its pod stays on the node
     assert window_closed.selected_running()
