@@ -66,10 +66,11 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew pushes no files to the
 # configless slurmd, whose cached slurm.conf would then lack a node added by that restart, and steps fanned out
 # through them, and clients that read it, could not reach it. That release reconfigures in place. From 23.11 a
-# node change is a reconfigure, which pushes the files, and a reconfigure starts slurmctld anew; one sent while
-# slurmctld is still starting could stop it (23.11's NEWS fixed one such case; in a run with a reconfigure at every
-# start, the multi-node tier's 24.11 controllers crash-looped, with no log kept to say why), so the loop starts
-# from the files as they are.
+# node change is a reconfigure, which pushes the files, and a reconfigure starts slurmctld anew, so the loop starts
+# from the files as they are and sends none at start. (The 24.11 crash loops once blamed on a reconfigure at start
+# were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.) Not covered: one change
+# that both restarts slurmctld (a restart key) and changes node lines on 23.11 or later leaves the configless
+# slurmd's cached files without the new nodes until the next reconfigure.
 def reconfigure_loop(release: tuple[int, int]) -> str:
     """The reconfigure sidecar's shell loop for a Slurm release."""
     at_start = release < NODES_BY_RECONFIGURE_SINCE
