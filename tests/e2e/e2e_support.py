@@ -79,10 +79,10 @@ def pod_diagnosis(world: World, pod: dict) -> str:
                      f"state={json.dumps(status.get('state'))} last={json.dumps(status.get('lastState'))}")
         if status.get("ready") or finished_well(status):
             continue
-        for previous in (["--previous"] if status.get("restartCount") else []) + [""]:
-            logs = world.kubectl("logs", "-n", namespace, name, "-c", status["name"], *filter(None, [previous]),
-                                 "--tail=40", check=False)  # fmt: skip
-            lines.append(f"  log of {status['name']} {previous or '(now)'}:\n{tail(logs.stdout + logs.stderr, 40)}")
+        runs = ([["--previous"]] if status.get("restartCount") else []) + [[]]  # the crashed run first, then now
+        for run in runs:
+            logs = world.kubectl("logs", "-n", namespace, name, "-c", status["name"], *run, "--tail=40", check=False)
+            lines.append(f"  log of {status['name']} {' '.join(run) or '(now)'}:\n{tail(logs.stdout + logs.stderr, 40)}")
     return "\n".join(lines)
 
 
