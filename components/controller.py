@@ -32,9 +32,7 @@ from dualsched.components.programs import source
 from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
 from dualsched.components.namespace import SLURMCTLD_PORT
 from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from dualsched.components.slurm_files import (
-    ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, NODES_BY_RECONFIGURE_SINCE, WINDOW_RESERVATIONS_FILE, Site,
-)
+from dualsched.components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
 from dualsched.components.submission import PROGRAM_DIR
 from dualsched.config.models import StackConfig
 
@@ -62,23 +60,18 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list),
 # and nodes Slurm drained for registering short of a slurm.conf line they now match are resumed
 # (resume_registered.sh: a pool change's new slurmd pod can register before slurmctld reads the new files).
-# Before Slurm 23.11 (a node change restarts slurmctld there: components/slurm_files.py, restart_keys) the first
-# reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew pushes no files to the
-# configless slurmd, whose cached slurm.conf would then lack a node added by that restart, and steps fanned out
-# through them, and clients that read it, could not reach it. That release reconfigures in place. From 23.11 a
-# node change is a reconfigure, which pushes the files, and a reconfigure starts slurmctld anew, so the loop starts
-# from the files as they are and sends none at start. (The 24.11 crash loops once blamed on a reconfigure at start
-# were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.) Not covered: one change
-# that both restarts slurmctld (a restart key) and changes node lines on 23.11 or later leaves the configless
-# slurmd's cached files without the new nodes until the next reconfigure.
-def reconfigure_loop(release: tuple[int, int]) -> str:
-    """The reconfigure sidecar's shell loop for a Slurm release."""
-    at_start = release < NODES_BY_RECONFIGURE_SINCE
-    first = 'seen=""; ' if at_start else f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
-    why = "slurmctld started or the slurm files changed" if at_start else "the slurm files changed"
+# The first reconfigure comes once slurmctld answers after the pod starts, on every release: a slurmctld started anew
+# pushes no files to the configless slurmd, whose cached slurm.conf would then lack a node added by the change that
+# restarted it, and steps fanned out through them, and clients that read it, could not reach it. Before Slurm 23.11
+# every node change is such a restart (components/slurm_files.py, restart_keys); from 23.11 a node change alone is a
+# reconfigure, which pushes the files, but one change that also alters a restart key restarts slurmctld all the same.
+# (From 23.11 that first reconfigure starts the new slurmctld anew in place once more. The 24.11 crash loops once
+# blamed on it were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.)
+def reconfigure_loop() -> str:
+    """The reconfigure sidecar's shell loop."""
     return (
-        first
-        + "while :; do "
+        'seen=""; '
+        "while :; do "
         f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
         f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
         f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
@@ -86,7 +79,7 @@ def reconfigure_loop(release: tuple[int, int]) -> str:
         f"sleep {RECONFIGURE_INTERVAL}; "
         f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
         '[ "$now" = "$seen" ] && continue; '
-        f'echo "{why}: scontrol reconfigure"; '
+        'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
         'scontrol reconfigure && seen="$now"; '
         "done"
     )
@@ -370,7 +363,7 @@ class SlurmController(pulumi.ComponentResource):
                 slurm_client(
                     "reconfigure",
                     config.images.slurmctld,
-                    ["sh", "-c", reconfigure_loop(config.slurm.release_version)],
+                    ["sh", "-c", reconfigure_loop()],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                     extra_mounts=(

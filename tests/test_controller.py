@@ -217,7 +217,7 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics, *watch]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
-    loop = reconfigure_loop(rendered.config.slurm.release_version)
+    loop = reconfigure_loop()
     assert reconfigure["command"] == ["sh", "-c", loop]
     assert "scontrol reconfigure" in loop and f"{CONFIG_DIR}/*.conf" in loop
     assert reconfigure["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
@@ -242,8 +242,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     programs_data = {name: text for name, text in programs.manifest["data"].items() if name != CORDON_WATCH_NODES}
     assert programs_data == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
-    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop(CURRENT)
-    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop(CURRENT)
+    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop()
+    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop()
     assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 
@@ -256,12 +256,8 @@ def test_reconfigure_sidecar_is_small_and_unprivileged():
     assert reconfigure["resources"] == {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
 
 
-CURRENT, BEFORE_RECONFIGURE_NODES = (25, 11), (22, 5)
-"""The default release, and the local stack's, which restarts slurmctld for a node change."""
-
-
-def _run_loop(tmp_path: Path, scontrol_exit: str, release: tuple[int, int] = CURRENT):
-    """The reconfigure loop of ``release`` under sh, against a temp config dir, with a fake scontrol, a fake window
+def _run_loop(tmp_path: Path, scontrol_exit: str):
+    """The reconfigure loop under sh, against a temp config dir, with a fake scontrol, a fake window
     reservations program and a short sleep."""
     conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
     for directory in (conf, programs, bin_dir):
@@ -272,7 +268,7 @@ def _run_loop(tmp_path: Path, scontrol_exit: str, release: tuple[int, int] = CUR
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
     (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
-    script = reconfigure_loop(release).replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    script = reconfigure_loop().replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
     sleep = f"sleep {RECONFIGURE_INTERVAL};"
     assert script.count(sleep) == 1
     # Mark when the first checksum is taken (a change before it would be the baseline), and poll fast.
@@ -313,43 +309,36 @@ def _wait_for(predicate, seconds: float = 20.0) -> bool:
     return predicate()
 
 
+def test_reconfigure_loop_reconfigures_once_slurmctld_answers_after_the_pod_starts(tmp_path):
+    """A slurmctld restarted by a change pushes no files to configless slurmd (a node change before 23.11, or any
+    change with a restart key): the first round does, whatever the release."""
+    process, conf, log = _run_loop(tmp_path, "exit 0")
+    try:
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
+        time.sleep(0.6)
+        assert _reconfigures(log) == ["reconfigure"]  # once: the files are now seen
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
     process, conf, log = _run_loop(tmp_path, "exit 0")
     try:
-        time.sleep(0.6)
-        assert _reconfigures(log) == []  # unchanged files: nothing to do (a reconfigure starts slurmctld anew)
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])  # at start
         _update(conf / "slurm.conf", "PartitionName=debug\n")
-        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
-        time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"]  # the change is applied once
-        _update(conf / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
         assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 2)
+        time.sleep(0.6)
+        assert _reconfigures(log) == ["reconfigure"] * 2  # the change is applied once
+        _update(conf / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 3)
         _update(conf / "window-reservations", "ReservationName=dualsched-window-gpu\n")
         time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"] * 2  # not a Slurm file: Slurm needs no reload
+        assert _reconfigures(log) == ["reconfigure"] * 3  # not a Slurm file: Slurm needs no reload
         assert process.poll() is None
     finally:
         process.kill()
         process.wait()
-
-
-def test_before_23_11_the_loop_reconfigures_once_slurmctld_answers_after_the_pod_starts(tmp_path):
-    """A slurmctld restarted for a node change pushes no files to configless slurmd: the first round does."""
-    process, conf, log = _run_loop(tmp_path, "exit 0", BEFORE_RECONFIGURE_NODES)
-    try:
-        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
-        time.sleep(0.6)
-        assert _reconfigures(log) == ["reconfigure"]
-        _update(conf / "slurm.conf", "PartitionName=debug\n")
-        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"] * 2)
-    finally:
-        process.kill()
-        process.wait()
-
-
-def test_the_loop_says_why_it_reconfigures_as_its_release_does():
-    assert 'echo "the slurm files changed: scontrol reconfigure"' in reconfigure_loop(CURRENT)
-    assert 'echo "slurmctld started or the slurm files changed: scontrol reconfigure"' in reconfigure_loop(BEFORE_RECONFIGURE_NODES)
 
 
 def test_reconfigure_loop_applies_the_window_reservations_at_start_and_every_round(tmp_path):

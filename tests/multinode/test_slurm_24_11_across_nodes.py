@@ -76,6 +76,15 @@ def test_both_controllers_take_the_files_without_a_defunct_or_obsolete_option(ol
     assert "cloud_reg_addrs" not in older.slurm("scontrol", "show", "config")
 
 
+def test_each_controllers_sidecar_reconfigures_once_slurmctld_answers_after_its_start(older):
+    """From 23.11 too: a change that restarts slurmctld (a restart key) pushes no files to configless slurmd by
+    itself (components/controller.py, reconfigure_loop); 24.11's slurmctld takes it by starting itself anew."""
+    for pod in ("slurmctld-0", "slurmctld-1"):
+        wait_until(f"{pod}'s first reconfigure", lambda: "slurmctld started or the slurm files changed: scontrol reconfigure" in
+                   older.world.kubectl("logs", "-n", SLURM_NS, pod, "-c", "reconfigure").stdout, timeout=120, every=5)  # fmt: skip
+    wait_until("slurmctld to answer after it", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+
+
 def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
     wait_until("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
     for node in NODES:
