@@ -17,6 +17,7 @@ from dualsched.components.metrics import SlurmMetrics, SlurmMetricsArgs
 from dualsched.components.munge import MungeKey, MungeKeyArgs
 from dualsched.components.namespace import SlurmNamespace, SlurmNamespaceArgs, node_keeper_policies
 from dualsched.components.node_keeper import NodeKeeper, NodeKeeperArgs
+from dualsched.components.nodepools import keeper_runs_in_slurm
 from dualsched.components.slurm_config import SlurmConfig, SlurmConfigArgs, cluster_name_lock
 from dualsched.components.slurm_files import kubernetes_site
 from dualsched.components.slurmd_rollout import SlurmdRolloutArgs, SlurmdRolloutController
@@ -69,7 +70,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         # its pool's labels and taints: slurmd and the model servers wait for that, as their nodeSelector and
         # affinity match labels that the keeper, not the engine, writes.
         keeper = NodeKeeper(
-            f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM if config.slurm else INFERENCE]), opts=child(self)
+            f"{name}-node-keeper", NodeKeeperArgs(config, namespaces[SLURM if keeper_runs_in_slurm(config) else INFERENCE]), opts=child(self)
         )
 
         self.controller_address: Optional[pulumi.Output[str]] = None
@@ -96,8 +97,7 @@ class DualScheduledCluster(pulumi.ComponentResource):
         if config.slurm is not None:
             namespaces[SLURM] = SlurmNamespace(f"{name}-slurm", SlurmNamespaceArgs(config, config.protect_state), opts=child(self)).name
         if config.serves_models:
-            # without Slurm, the node keeper runs here
-            keeper_policies = node_keeper_policies(config) if config.slurm is None else None
+            keeper_policies = None if keeper_runs_in_slurm(config) else node_keeper_policies(config)
             namespaces[INFERENCE] = InferenceNamespace(
                 f"{name}-inference", config.inference, opts=child(self), other_programs=keeper_policies
             ).name

@@ -21,10 +21,15 @@ its own Node. slurmd brings the munge key and the read-write claim of /shared; a
 label on its Node, so a pool label alone would let a node label itself into a pool and get them."""
 
 
+def keeper_runs_in_slurm(config: StackConfig) -> bool:
+    """Whether the stack's node keeper runs in Slurm's namespace; without Slurm it runs in the inference namespace."""
+    return config.slurm is not None
+
+
 def keeper_namespace(config: StackConfig) -> str:
-    """Where the stack's node keeper runs: Slurm's namespace, or without Slurm the inference namespace. Two stacks
-    in one cluster never share it, so it names the stack on the nodes (KEPT_BY_LABEL)."""
-    return config.slurm.namespace if config.slurm else config.inference.namespace
+    """The namespace the stack's node keeper runs in. Two stacks in one cluster never share it, so it names the
+    stack on the nodes (KEPT_BY_LABEL)."""
+    return config.slurm.namespace if keeper_runs_in_slurm(config) else config.inference.namespace
 
 
 def pool_labels(config: StackConfig, pool: NodePool) -> dict[str, str]:
