@@ -45,7 +45,9 @@ def pool_labels(config: StackConfig, pool: NodePool) -> dict[str, str]:
 
 
 def slurmd_node_selector(config: StackConfig, pool: NodePool) -> dict[str, str]:
-    """The nodes of ``pool`` that the node keeper labelled: the guarded label, which only it can have set, and the
-    stack's own pool label (another stack's pool of the same name has the same guarded label)."""
+    """The nodes of ``pool`` that this stack's node keeper labelled: the guarded label, which only a keeper can have
+    set, the stack's own pool label, and the keeper that keeps the node (another stack's pool of the same name has
+    the same guarded label, and with the default placement the same pool label: its slurmd, with its munge key,
+    must not start on this stack's nodes)."""
     labels = pool_labels(config, pool)
-    return {key: labels[key] for key in (config.placement.pool_label, GUARDED_POOL_LABEL)}
+    return {key: labels[key] for key in (config.placement.pool_label, GUARDED_POOL_LABEL, KEPT_BY_LABEL)}

@@ -21,6 +21,7 @@ from rendering import container, mounts, own_images, pod_spec, render_raw, rende
 
 POOL_LABEL = "dualsched.io/pool"
 GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
+KEPT_BY_LABEL = "dualsched.io/kept-by"
 SLURM_TAINT = {"key": "dualsched.io/slurm", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 WINDOW_TAINT = {"key": "dualsched.io/inference-window", "operator": "Equal", "value": "closed", "effect": "NoExecute"}
 """Every slurmd tolerates the closed-window taint: a pool switching to time-shared keeps its running slurmd."""
@@ -57,12 +58,13 @@ def test_kubernetes_mode_pools_get_no_slurmd():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_placed_by_the_pool_label_and_its_guarded_copy_only(stack):
-    """slurmd brings the munge key: it goes only where the node keeper put the pool, under a label that
-    NodeRestriction keeps a kubelet from setting on its own Node."""
-    for pool, daemonset in _daemonsets(render_stack(stack)).items():
+def test_placed_by_the_pool_label_its_guarded_copy_and_the_stacks_keeper_only(stack):
+    """slurmd brings the munge key: it goes only where this stack's node keeper put the pool, under a label that
+    NodeRestriction keeps a kubelet from setting on its own Node; not on another stack's pool of the same name."""
+    rendered = render_stack(stack)
+    for pool, daemonset in _daemonsets(rendered).items():
         spec = pod_spec(daemonset)
-        assert spec["nodeSelector"] == {POOL_LABEL: pool, GUARDED_POOL_LABEL: pool}
+        assert spec["nodeSelector"] == {POOL_LABEL: pool, GUARDED_POOL_LABEL: pool, KEPT_BY_LABEL: rendered.config.slurm.namespace}
         assert daemonset.manifest["spec"]["template"]["metadata"]["labels"][POOL_LABEL] == pool
         selector = daemonset.manifest["spec"]["selector"]["matchLabels"]
         assert selector.items() <= daemonset.manifest["spec"]["template"]["metadata"]["labels"].items()
@@ -83,7 +85,7 @@ def test_selector_and_name_survive_pool_label_and_cluster_name_edits():
     before, after = render_stack("dev"), render_raw(variant("dev", edit))
     assert identity(after) == identity(before)
     (daemonset,) = after.by_kind("DaemonSet")
-    assert pod_spec(daemonset)["nodeSelector"] == {"example.com/gpu-pool": "gpu", GUARDED_POOL_LABEL: "gpu"}
+    assert pod_spec(daemonset)["nodeSelector"] == {"example.com/gpu-pool": "gpu", GUARDED_POOL_LABEL: "gpu", KEPT_BY_LABEL: "slurm"}
     assert daemonset.manifest["spec"]["template"]["metadata"]["labels"]["example.com/gpu-pool"] == "gpu"
 
 
