@@ -557,9 +557,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, required: bool = True)
     source.add_argument("--stack", help="stack name: reads ./Pulumi.<stack>.yaml from the working directory")
     source.add_argument("--stack-file", "--config", dest="stack_file", type=Path, metavar="PATH",
                         help="a stack file at any path (--config is its older name)")
-    parser.add_argument("--config-key", default=str(ConfigKey()), metavar="KEY",
+    parser.add_argument("--config-key", metavar="KEY",
                         help="where the stack's config holds the dualsched config: NAMESPACE or NAMESPACE:KEY "
-                        "(default: %(default)s)")
+                        f"(default: {ConfigKey()}); refused for a program that reads its config itself")
     parser.add_argument("--program", default=DEFAULT_PROGRAM, metavar="MODULE:FUNCTION",
                         help="the program to render, importable from the working directory (default: %(default)s)")
 
@@ -637,12 +637,18 @@ class Source:
         return self.path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
 
 
-def load_source(path: Path, config_key: str = str(ConfigKey()), program: str = DEFAULT_PROGRAM, need_config: bool = False) -> Source:
-    """Read and check everything a render needs: ConfigError or InputError, before anything is registered."""
-    key, runnable = _config_key(config_key), load_program(program)
+def load_source(path: Path, config_key: Optional[str] = None, program: str = DEFAULT_PROGRAM, need_config: bool = False) -> Source:
+    """Read and check everything a render needs: ConfigError or InputError, before anything is registered.
+    ``config_key`` None is the default key; a key given for a program that takes no config, and so would never
+    read it, is refused rather than ignored (unless ``need_config``: the caller reads the config itself)."""
+    key, runnable = _config_key(str(ConfigKey()) if config_key is None else config_key), load_program(program)
+    reads_config = runnable.takes_config or need_config
+    if config_key is not None and not reads_config:
+        raise InputError(Problem("--config-key", f"is never read: the program {runnable.reference} takes no config "
+                                 "(it reads its own with pulumi.Config); leave --config-key out", config_key))
     document = read_stack_document(path) or {}
     values, secret_keys = engine_settings(document, path)
-    config = load_stack_file(path, key) if runnable.takes_config or need_config else None
+    config = load_stack_file(path, key) if reads_config else None
     engine = EngineConfig(values, tuple(secret_keys), project_name(path))
     return Source(path, runnable, engine, config, environment_note(document, path))
 

@@ -27,7 +27,7 @@ Generated secrets (munge key, passwords) differ between two renders; everything 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from dualsched.components.render import (
     DEFAULT_PROGRAM,
@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 
-def render_stack(stack_file: Union[str, Path], program: str = DEFAULT_PROGRAM, config_key: str = "dualsched") -> Render:
-    """Render ``stack_file`` (a ``Pulumi.<stack>.yaml``) with ``program`` (``module:function``) under the mocks."""
+def render_stack(stack_file: Union[str, Path], program: str = DEFAULT_PROGRAM, config_key: Optional[str] = None) -> Render:
+    """Render ``stack_file`` (a ``Pulumi.<stack>.yaml``) with ``program`` (``module:function``) under the mocks.
+    ``config_key`` (default ``dualsched``) is where the stack's config holds the dualsched config, for a program
+    that takes the config; one that reads its own config takes none."""
     return render_source(load_source(Path(stack_file), config_key, program))

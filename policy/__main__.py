@@ -9,14 +9,17 @@ it checks is the resource's inputs (apiVersion, kind, metadata, spec, ...), and
 Slurm namespace, taint key, pool label, GPU pools) are the stack's own: the engine
 hands the pack the stack's config (StackSettings), read as dualsched-policy reads
 the stack file. A pack config (``--policy-pack-config``) may override any of them
-per policy; the prod rules do nothing unless the environment is ``prod``.
+per policy; the prod rules do nothing unless the environment is ``prod``. A program
+that keeps the dualsched config elsewhere than the ``dualsched:`` keys says where in
+DUALSCHED_CONFIG_KEY (``myproj:cluster``); a stack with nothing there fails the
+``dualsched-config-found`` policy rather than being checked with the default settings.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -25,6 +28,8 @@ from pulumi_policy import (
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
 )
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UnknownValueError
@@ -32,7 +37,12 @@ from pulumi_policy.proxy import UnknownValueError
 # The analyzer runs this file as a script: make the sibling rules module importable.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rules import CONFIG_SCHEMA, RULES, Resource, Rule, Settings  # noqa: E402
+from rules import CONFIG_SCHEMA, RULES, Resource, Rule, Settings, dualsched_config  # noqa: E402
+
+
+CONFIG_KEY_ENV = "DUALSCHED_CONFIG_KEY"
+"""Where the stack's config holds the dualsched config, as dualsched-policy's --config-key says it: '<namespace>'
+(default 'dualsched') or '<namespace>:<key>'. The engine starts the pack with its own environment."""
 
 
 class StackSettings:
@@ -40,12 +50,17 @@ class StackSettings:
     ConfigureStack call, before any resource (analyzer_plugin.go, NewPolicyAnalyzer); pulumi-policy 1.21's
     servicer keeps only the call's tags, so the pack wraps it to read the config too."""
 
+    key = os.environ.get(CONFIG_KEY_ENV) or "dualsched"
     current = Settings()
+    missing: Optional[list[str]] = None
+    """After ConfigureStack: None when the stack's config has the dualsched config at ``key``, else its keys."""
 
     @classmethod
     def kept_by(cls, configure_stack):
         def configure(servicer, request, context):
-            cls.current = Settings.from_stack(dict(request.config))
+            config = dict(request.config)
+            cls.current = Settings.from_stack(config, cls.key)
+            cls.missing = None if dualsched_config(config, cls.key) is not None else sorted(config)
             return configure_stack(servicer, request, context)
 
         return configure
@@ -92,16 +107,40 @@ def validation(rule: Rule):
     return validate
 
 
-def policies() -> list[ResourceValidationPolicy]:
+CONFIG_FOUND = "dualsched-config-found"
+
+
+def config_found(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """Without the dualsched config the rules would run with the default settings (dev) and pass a prod stack:
+    fail instead, as dualsched-policy does."""
+    if StackSettings.missing is not None:
+        report_violation(
+            f"the stack's config has no dualsched config at '{StackSettings.key}' (its keys: "
+            f"{', '.join(StackSettings.missing) or 'none'}); the rules would check it with the default settings "
+            f"(environment dev). Set {CONFIG_KEY_ENV} to where the program reads it, '<namespace>' or "
+            "'<namespace>:<key>' as dualsched-policy's --config-key", None)
+
+
+def policies() -> list[ResourceValidationPolicy | StackValidationPolicy]:
+    """One mandatory policy per rule, and the check that the rules had the stack's own settings."""
+    found = StackValidationPolicy(
+        name=CONFIG_FOUND,
+        description="The stack's config has the dualsched config the rules take their settings from.",
+        enforcement_level=EnforcementLevel.MANDATORY,
+        validate=config_found,
+    )
     return [
-        ResourceValidationPolicy(
-            name=rule.name,
-            description=rule.description,
-            enforcement_level=EnforcementLevel.MANDATORY,
-            config_schema=PolicyConfigSchema(properties=CONFIG_SCHEMA),
-            validate=validation(rule),
-        )
-        for rule in RULES
+        *(
+            ResourceValidationPolicy(
+                name=rule.name,
+                description=rule.description,
+                enforcement_level=EnforcementLevel.MANDATORY,
+                config_schema=PolicyConfigSchema(properties=CONFIG_SCHEMA),
+                validate=validation(rule),
+            )
+            for rule in RULES
+        ),
+        found,
     ]
 
 

@@ -73,20 +73,13 @@ class Settings:
     @classmethod
     def from_stack(cls, stack_config: Mapping[str, str], key: str = "dualsched") -> "Settings":
         """The settings of the stack being previewed, from its config as the engine hands it to a pack
-        ('<key>:<name>' -> text, objects as JSON), taken as dualsched-policy takes them from the stack file
-        (policy/offline.py, settings_for); what the config leaves out keeps the default. The program has
-        validated the config: this only reads it."""
-
-        def value(name: str) -> Any:
-            text = stack_config.get(f"{key}:{name}")
-            try:
-                return json.loads(text) if text is not None else None
-            except ValueError:
-                return text  # a plain string, as `pulumi config set` stores one
-
-        slurm, placement, pools = value("slurm") or {}, value("placement") or {}, value("pools") or []
+        ('<namespace>:<name>' -> text, objects as JSON), taken as dualsched-policy takes them from the stack file
+        (policy/offline.py, settings_for) at the same config key; what the config leaves out keeps the default.
+        The program has validated the config: this only reads it."""
+        config = dualsched_config(stack_config, key) or {}
+        slurm, placement, pools = config.get("slurm") or {}, config.get("placement") or {}, config.get("pools") or []
         values = {
-            "environment": value("environment"),
+            "environment": config.get("environment"),
             "slurm_namespace": _field(slurm, "namespace"),
             "slurm_taint_key": _field(placement, "slurmTaintKey"),
             "pool_label": _field(placement, "poolLabel"),
@@ -97,6 +90,25 @@ class Settings:
     @property
     def prod(self) -> bool:
         return self.environment == "prod"
+
+
+def dualsched_config(stack_config: Mapping[str, str], key: str = "dualsched") -> Optional[dict[str, Any]]:
+    """The dualsched config in a stack's config as the engine hands it to a pack, at ``key`` as dualsched-policy's
+    --config-key names it: every '<namespace>:<field>' of a namespace, or the one object at '<namespace>:<key>'.
+    None when there is nothing there."""
+
+    def decoded(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text  # a plain string, as `pulumi config set` stores one
+
+    if ":" in key:
+        value = decoded(stack_config[key]) if key in stack_config else None
+        return value if isinstance(value, dict) else None
+    prefix = f"{key}:"
+    fields = {name[len(prefix):]: decoded(text) for name, text in stack_config.items() if name.startswith(prefix)}
+    return fields or None
 
 
 def _field(mapping: Mapping[str, Any], camel: str) -> Any:

@@ -49,7 +49,9 @@ def _versions_env() -> dict[str, str]:
 
 
 def _ranges() -> dict[str, SpecifierSet]:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    """pyproject.toml's ranges: the dependencies, and the extras' (the policy pack's)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dependencies = [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]
     return {Requirement(d).name: Requirement(d).specifier for d in dependencies}
 
 

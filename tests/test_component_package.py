@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pulumi
@@ -85,6 +86,14 @@ def test_inputs_become_the_same_config_as_the_stack_file():
     assert to_config_keys(snake(raw)) == raw
     config, depends = config_from_inputs(snake(raw), "gpu")
     assert config == StackConfig.model_validate(raw) and depends == set()
+
+
+def test_the_docs_yaml_program_is_a_config_the_component_takes():
+    """docs/component-package.md's example is what a team copies first: its properties pass validation."""
+    [block] = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "component-package.md").read_text(), re.S)
+    properties = yaml.safe_load(block)["resources"]["gpu"]["properties"]
+    config, _ = config_from_inputs(snake(properties), "gpu")
+    assert [pool.name for pool in config.pools] == ["gpu"] and config.slurm.cluster_name == "demo"
 
 
 def test_a_config_mistake_is_the_loader_message_as_invalid_inputs():

@@ -321,6 +321,5 @@ def test_the_readmes_own_program_renders_from_its_own_key(tmp_path, monkeypatch)
     stack.write_text(yaml.safe_dump({"config": {"gpu:cluster": raw_stack("dev"), "gpu:kubeconfig": "apiVersion: v1\nkind: Config\n"}}))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert render_module.main(["--stack", "gpu", "--config-key", "gpu:cluster", "--program", "infra:main",
-                               "--out", str(tmp_path / "out")]) == 0
+    assert render_module.main(["--stack", "gpu", "--program", "infra:main", "--out", str(tmp_path / "out")]) == 0
     assert any((tmp_path / "out" / "slurm").glob("statefulset-*.yaml"))

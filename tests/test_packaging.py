@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -42,9 +44,13 @@ def test_the_sdist_and_the_wheel_pass_twine_check(dist):
     assert check.returncode == 0 and check.stdout.count("PASSED") == 2, check.stdout + check.stderr
 
 
-def _requires_dist(wheel: zipfile.ZipFile) -> list[Requirement]:
+def _requires_dist(wheel: zipfile.ZipFile, extra: str = "") -> list[Requirement]:
+    """The wheel's requirements: without ``extra``, what every install gets; with it, what that extra adds."""
     [metadata] = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
-    return [Requirement(line) for line in Parser().parsestr(wheel.read(metadata).decode()).get_all("Requires-Dist")]
+    requirements = [Requirement(line) for line in Parser().parsestr(wheel.read(metadata).decode()).get_all("Requires-Dist")]
+    if not extra:
+        return [r for r in requirements if r.marker is None]
+    return [r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": extra})]
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -57,6 +63,16 @@ def test_the_wheel_installs_one_top_level_name(wheel):
     """No generic `config` or `components` in site-packages to collide with a project's own."""
     top = {name.split("/")[0] for name in wheel_files(wheel)}
     assert {name for name in top if not name.endswith(".dist-info")} == {"dualsched"}
+
+
+def test_every_file_that_states_the_version_states_pyprojects():
+    """project.version is the one version; the plugin, its schema and the policy pack repeat it for Pulumi."""
+    from dualsched.package.cluster import VERSION
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert VERSION == version
+    assert json.loads((ROOT / "package" / "schema.json").read_text())["version"] == version
+    assert yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())["version"] == version
 
 
 def test_the_wheel_carries_its_license_and_says_which(wheel):
@@ -89,7 +105,7 @@ def wheel_files(wheel: zipfile.ZipFile) -> list[str]:
 
 
 def test_the_library_asks_for_version_ranges_not_pins(wheel):
-    for requirement in _requires_dist(wheel):
+    for requirement in _requires_dist(wheel) + _requires_dist(wheel, "policy"):
         operators = {spec.operator for spec in requirement.specifier}
         assert operators == {">=", "<"}, f"{requirement}: a lower bound and a major-version ceiling, no pin"
 
@@ -100,6 +116,13 @@ def test_the_app_pins_fall_inside_the_library_ranges(wheel):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"requirements.txt pins no version of {requirement.name}"
         assert requirement.specifier.contains(pins[name]), f"requirements.txt pins {name}=={pins[name]}, outside {requirement}"
+
+
+def test_the_policy_extra_brings_the_policy_packs_dependency_in_the_range_its_tests_pin(wheel):
+    """`pip install 'dualsched[policy]'` is what the pack needs on the python3 that `pulumi preview` runs it on."""
+    pins = _pins(ROOT / "policy" / "requirements.txt")
+    [policy] = _requires_dist(wheel, "policy")
+    assert canonicalize_name(policy.name) == "pulumi-policy" and policy.specifier.contains(pins["pulumi-policy"])
 
 
 # ------------------------------------------------------------------ both ends of the dependency ranges
@@ -154,13 +177,14 @@ CONSUMER_FILES = {
 
 @pytest.fixture(scope="module")
 def consumer(wheel, tmp_path_factory) -> tuple[Path, Path]:
-    """A fresh venv with the wheel installed (dependencies at the app's pins), and the project beside it."""
+    """A fresh venv with the wheel and its policy extra installed (dependencies at the app's pins), and the project
+    beside it."""
     root = tmp_path_factory.mktemp("consumer")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     install = subprocess.run(
-        [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel.filename,
-         "-c", str(ROOT / "requirements.txt")],
+        [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"{wheel.filename}[policy]",
+         "-c", str(ROOT / "requirements.txt"), "-c", str(ROOT / "policy" / "requirements.txt")],
         capture_output=True, text=True, timeout=1200,
     )
     assert install.returncode == 0, install.stdout + install.stderr
@@ -212,6 +236,18 @@ def test_the_installed_policy_pack_and_examples_are_where_pulumi_can_use_them(co
                   "print(sorted(p.name for p in pack.iterdir() if p.suffix in ('.yaml', '.json', '.txt')), callable(example.main))")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['PulumiPolicy.yaml', 'requirements.txt'] True\n"
+
+
+def test_the_policy_extra_is_all_the_installed_pack_needs_to_load(consumer):
+    """As `pulumi preview --policy-pack` starts it: the pack directory's __main__.py, on the venv's python."""
+    result = _run(consumer, "python", "-c",
+                  "import os, runpy, dualsched.policy; "
+                  "pack = runpy.run_path(os.path.join(os.path.dirname(dualsched.policy.__file__), '__main__.py'), run_name='pack'); "
+                  "names = {p.name for p in pack['policies']()}; "
+                  "print(len(names), names == {r.name for r in pack['RULES']} | {'dualsched-config-found'})")
+    assert result.returncode == 0, result.stderr
+    count, same = result.stdout.split()
+    assert int(count) > 1 and same == "True", result.stdout
 
 
 # ------------------------------------------------------------------ the component package, installed
@@ -282,20 +318,66 @@ def test_the_starters_own_tests_pass_with_the_public_mocks(starter):
     assert "4 passed" in result.stdout, result.stdout
 
 
-def test_the_starters_ci_step_renders_reports_and_checks_each_stack(starter, tmp_path):
-    """The workflow's own script (.github/workflows/preview.yml), as a push runs it (no base branch)."""
-    workflow = yaml.safe_load((starter / ".github/workflows/preview.yml").read_text())
+def _starters_ci_step(project: Path, venv_bin: Path, base: str, home: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """The starter workflow's own script (.github/workflows/preview.yml) in ``project``, with ``base`` as BASE."""
+    workflow = yaml.safe_load((STARTER / ".github/workflows/preview.yml").read_text())
     [step] = [s for s in workflow["jobs"]["stacks"]["steps"] if s.get("name") == "Render, report and policy, each stack"]
-    summary = tmp_path / "summary.md"
-    env = {"PATH": f"{starter / 'venv/bin'}:/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(summary),
-           "GITHUB_WORKSPACE": str(starter), "BASE": "", "HOME": str(tmp_path)}
-    result = subprocess.run(["bash", "-c", step["run"]], cwd=starter, env=env, capture_output=True, text=True, timeout=600)
+    summary = home / "summary.md"
+    env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(summary),
+           "GITHUB_WORKSPACE": str(project), "BASE": base, "HOME": str(home)}
+    return subprocess.run(["bash", "-c", step["run"]], cwd=project, env=env, capture_output=True, text=True, timeout=600), summary
+
+
+_TOTAL = re.compile(r"\| \*\*total\*\* \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \| \*\*(\d+)\*\* \|")
+
+
+def _created_only(report: str) -> bool:
+    """The report's totals: objects created, none updated, replaced or deleted."""
+    create, *others = map(int, _TOTAL.search(report).groups())
+    return create > 0 and others == [0, 0, 0]
+
+
+def test_the_starters_ci_step_renders_reports_and_checks_each_stack(starter, tmp_path):
+    """As a push to a new branch runs it (no commit before): every stack compared with nothing."""
+    result, summary = _starters_ci_step(starter, starter / "venv/bin", "", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert any(p.name.startswith("statefulset-") for p in (starter / "build/head/dev").rglob("*.yaml"))
     assert (starter / "build/head/dev/.dualsched-render.json").is_file()
     report = (starter / "build/report-dev.md").read_text()
-    assert "Stack dev (new)" in report and summary.read_text() == report
+    assert "Stack dev (new)" in report and _created_only(report) and summary.read_text() == report
     assert "policy: Pulumi.dev.yaml (environment dev): every rule passes" in result.stdout, result.stdout + result.stderr
+
+
+def _git(project: Path, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(project.parent), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    return subprocess.run(["git", *args], cwd=project, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_new_stacks_first_pull_request_gets_a_report_of_all_it_creates_and_a_policy_result(starter, tmp_path):
+    """The pull request path: the base branch has dev; the PR adds a staging stack and changes dev."""
+    project = tmp_path / "repo" / "gpu-starter"
+    shutil.copytree(starter, project, ignore=shutil.ignore_patterns("venv", "build", "__pycache__"))
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "base")
+    base = _git(project, "rev-parse", "HEAD")
+    dev = (project / "Pulumi.dev.yaml").read_text()
+    (project / "Pulumi.staging.yaml").write_text(dev.replace("clusterName: gpu-dev", "clusterName: gpu-staging"))
+    (project / "Pulumi.dev.yaml").write_text(dev.replace('maxTime: "1-00:00:00"', 'maxTime: "2-00:00:00"'))
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "a staging stack")
+    result, summary = _starters_ci_step(project, starter / "venv/bin", base, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    staging = (project / "build/report-staging.md").read_text()
+    assert "## Stack staging (new)" in staging and _created_only(staging)
+    assert "label `dualsched.io/pool`: `-` → `gpu`" in staging  # the nodes it would label
+    changed = (project / "build/report-dev.md").read_text()
+    assert "## Stack dev\n" in changed and "+PartitionName=gpu" in changed and "MaxTime=2-00:00:00" in changed
+    assert not _created_only(changed)
+    assert summary.read_text() == changed + staging
+    for stack in ("dev", "staging"):
+        assert f"policy: Pulumi.{stack}.yaml (environment dev): every rule passes" in result.stdout, result.stdout
 
 
 # ------------------------------------------------------------------ the checkout's own folders

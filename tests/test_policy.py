@@ -25,7 +25,7 @@ import yaml
 from dualsched.components.node_keeper import KEEPER, STATE_FILE
 from dualsched.config import StackConfig, load_stack_file, parse_stack_config
 from dualsched.policy import offline
-from dualsched.policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, violations
+from dualsched.policy.rules import NODE_KEEPER, NODE_KEEPER_STATE, RULES, Resource, Settings, dualsched_config, violations
 from rendering import raw_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -468,6 +468,19 @@ def test_the_stack_settings_read_snake_case_names_and_plain_strings_too():
     assert Settings.from_stack({}) == Settings()
 
 
+def test_the_stack_settings_read_the_config_at_the_key_the_program_reads_it_from():
+    """'myproj:cluster' (one object, as README's program keeps it) reads as 'dualsched' (a namespace) does."""
+    from dualsched.config.loader import engine_settings, read_stack_document
+
+    path = ROOT / "Pulumi.prod.yaml"
+    handed, _ = engine_settings(read_stack_document(path), path)
+    one_key = {"gpu:cluster": json.dumps(dualsched_config(handed)), "gpu:kubeconfig": "elsewhere"}
+    assert Settings.from_stack(one_key, "gpu:cluster") == Settings.from_stack(handed) == offline.settings_for(load_stack_file(path))
+    assert Settings.from_stack(one_key, "gpu:cluster").prod
+    assert dualsched_config(one_key) is None and dualsched_config(handed, "gpu:cluster") is None
+    assert dualsched_config({"gpu:cluster": "a string"}, "gpu:cluster") is None
+
+
 def test_a_pack_config_overrides_what_it_names_and_keeps_the_stacks_other_settings():
     stack = Settings(environment="prod", slurm_namespace="hpc", gpu_pools=("h100",))
     assert Settings.from_config({"environment": "dev"}, stack) == Settings(environment="dev", slurm_namespace="hpc", gpu_pools=("h100",))
@@ -486,8 +499,9 @@ def test_pack_wires_every_rule_as_a_mandatory_policy():
 
     pack = runpy.run_path(str(PACK / "__main__.py"), run_name="dualsched_pack")
     policies = pack["policies"]()
-    assert [p.name for p in policies] == [rule.name for rule in RULES]
+    assert [p.name for p in policies] == [rule.name for rule in RULES] + ["dualsched-config-found"]
     assert all(p.enforcement_level is policy.EnforcementLevel.MANDATORY for p in policies)
+    policies = [p for p in policies if isinstance(p, policy.ResourceValidationPolicy)]
 
     # props as the engine hands them during preview: an auto-name still unknown
     props = unknown_checking_proxy(
@@ -534,3 +548,42 @@ def test_the_pack_checks_the_stack_the_engine_configures_it_for():
         handed, _ = engine_settings(read_stack_document(path), path)
         servicer.ConfigureStack(analyzer_pb2.AnalyzerStackConfigureRequest(stack=stack, config=handed), None)
         assert bool(refused()) == refuses, stack
+
+
+def _configured_pack(monkeypatch, handed: dict[str, str], key: Optional[str] = None) -> tuple[dict, list[str]]:
+    """The pack loaded as the engine starts it (DUALSCHED_CONFIG_KEY set or not), configured for ``handed``;
+    returns the pack's globals and what its config-found policy reports."""
+    from pulumi.runtime.proto import analyzer_pb2
+    from pulumi_policy import EnforcementLevel, StackValidationArgs
+    from pulumi_policy.policy import _PolicyAnalyzerServicer
+
+    if key is None:
+        monkeypatch.delenv("DUALSCHED_CONFIG_KEY", raising=False)
+    else:
+        monkeypatch.setenv("DUALSCHED_CONFIG_KEY", key)
+    monkeypatch.setattr(_PolicyAnalyzerServicer, "ConfigureStack", _PolicyAnalyzerServicer.ConfigureStack)  # the pack wraps it
+    pack = runpy.run_path(str(PACK / "__main__.py"), run_name="dualsched_pack")
+    policies = pack["policies"]()
+    servicer = _PolicyAnalyzerServicer("dualsched", "0.1.0", policies, EnforcementLevel.MANDATORY)
+    servicer.ConfigureStack(analyzer_pb2.AnalyzerStackConfigureRequest(stack="prod", config=handed), None)
+    [found] = [p for p in policies if p.name == "dualsched-config-found"]
+    reported: list[str] = []
+    found.validate(StackValidationArgs([], {}), lambda message, urn: reported.append(message))
+    return pack, reported
+
+
+def test_a_stack_without_the_dualsched_config_at_the_packs_key_fails_the_pack_instead_of_passing_as_dev(monkeypatch):
+    from dualsched.config.loader import engine_settings, read_stack_document
+
+    path = ROOT / "Pulumi.prod.yaml"
+    handed, _ = engine_settings(read_stack_document(path), path)
+    one_key = {"gpu:cluster": json.dumps(dualsched_config(handed)), "gpu:kubeconfig": "elsewhere"}
+
+    pack, reported = _configured_pack(monkeypatch, handed)
+    assert reported == [] and pack["StackSettings"].current.prod
+    pack, reported = _configured_pack(monkeypatch, one_key)  # the key not said: nothing at 'dualsched'
+    assert reported == ["the stack's config has no dualsched config at 'dualsched' (its keys: gpu:cluster, gpu:kubeconfig); "
+                        "the rules would check it with the default settings (environment dev). Set DUALSCHED_CONFIG_KEY to "
+                        "where the program reads it, '<namespace>' or '<namespace>:<key>' as dualsched-policy's --config-key"]
+    pack, reported = _configured_pack(monkeypatch, one_key, "gpu:cluster")
+    assert reported == [] and repr(pack["StackSettings"].current) == repr(Settings.from_stack(handed))  # the pack's own rules module

@@ -407,6 +407,20 @@ def test_pulumi_config_sees_the_stack_files_config_under_its_project_name(tmp_pa
     assert not (project / "build" / "slurm-files").exists()
 
 
+def test_a_config_key_for_a_program_that_reads_its_own_config_is_refused(tmp_path, monkeypatch, capsys):
+    """The program would never read it: a key given there is a mistake to report, not to ignore."""
+    project = _project(tmp_path / "project", {"consumer:greeting": "hello"}, name="consumer")
+    _module(project, "reads_its_own", "def main():\n    pass\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["--stack", "prod", "--program", "reads_its_own:main", "--config-key", "consumer:cluster", "--out", "build"]) == 2
+    err = capsys.readouterr().err
+    assert _problem_lines(err) == ["--config-key: is never read: the program reads_its_own:main takes no config (it reads its "
+                                   "own with pulumi.Config); leave --config-key out (got 'consumer:cluster')"]
+    assert "Traceback" not in err and not (project / "build").exists()
+    assert main(["--stack", "prod", "--program", "reads_its_own:main", "--out", "build"]) == 0
+
+
 BAD_PROGRAMS = {
     "no-function": ("greetings", None, "--program: must be '<module>:<function>', e.g. 'infra.cluster:build' (got 'greetings')"),
     "no-module": ("no_such_module_here:main", None,

@@ -162,8 +162,10 @@ class World:
         document["config"] = {PREFIX + key: value for key, value in config.items()}
         path.write_text(yaml.safe_dump(document, sort_keys=False))
 
-    def stack(self, name: str, config: Optional[dict[str, Any]] = None, project: Optional[Path] = None):
-        """Create or select a stack of the project copy (or of ``project``), optionally with a config."""
+    def stack(self, name: str, config: Optional[dict[str, Any]] = None, project: Optional[Path] = None,
+              env: Optional[dict[str, str]] = None):
+        """Create or select a stack of the project copy (or of ``project``), optionally with a config; ``env``
+        adds to the world's environment (the engine's, and the plugins' it starts)."""
         from pulumi import automation as auto
 
         work_dir = project or self.project
@@ -174,7 +176,7 @@ class World:
         return auto.create_or_select_stack(
             stack_name=name,
             work_dir=str(work_dir),
-            opts=auto.LocalWorkspaceOptions(env_vars=self.env, pulumi_command=command),
+            opts=auto.LocalWorkspaceOptions(env_vars={**self.env, **(env or {})}, pulumi_command=command),
         )
 
 

@@ -46,6 +46,28 @@ def test_prod_without_protect_fails_the_pack_from_its_own_stack_config(world: Wo
     assert "prod-stateful-protected" in output and "mandatory" in output, output[-4000:]
 
 
+def test_a_program_with_its_own_config_key_is_checked_as_the_stack_it_keeps_there(world: World, tmp_path):
+    """A team's program reads the config at `gpu:cluster` (the README's): DUALSCHED_CONFIG_KEY tells the pack so, as
+    --config-key tells dualsched-policy; prod kept there without protect is then refused as prod."""
+    project = {"name": "own-key", "runtime": {"name": "python", "options": {"virtualenv": str(VENV)}}}
+    (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project))
+    (tmp_path / "__main__.py").write_text(
+        "from dualsched.components.cluster import DualScheduledCluster\n"
+        "from dualsched.config import ConfigKey, load_pulumi_config\n\n"
+        "DualScheduledCluster('gpu', load_pulumi_config(ConfigKey.parse('gpu:cluster')))\n"
+    )
+    config = raw_config("prod")
+    config["protect"] = False
+    (tmp_path / "Pulumi.own-key-prod.yaml").write_text(yaml.safe_dump({"config": {"gpu:cluster": config}}))
+    # the program imports dualsched from the checkout, as the world's project copy does
+    stack = world.stack("own-key-prod", project=tmp_path, env={"DUALSCHED_CONFIG_KEY": "gpu:cluster", "PYTHONPATH": str(ROOT)})
+    with pytest.raises(auto.CommandError) as error:
+        stack.preview(policy_packs=[str(PACK)], color="never")
+    output = str(error.value)
+    assert "prod-stateful-protected" in output and "mandatory" in output, output[-4000:]
+    assert "dualsched-config-found" not in output, output[-4000:]
+
+
 def test_a_privileged_pod_outside_slurm_is_rejected(world: World, tmp_path):
     project = {"name": "policy-probe", "runtime": {"name": "python", "options": {"virtualenv": str(VENV)}}}
     (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project))
@@ -75,3 +97,4 @@ def test_a_privileged_pod_outside_slurm_is_rejected(world: World, tmp_path):
         stack.preview(policy_packs=[str(PACK)], color="never")
     output = str(error.value)
     assert "privileged-only-slurmd" in output and "container 'probe' is privileged" in output, output[-4000:]
+    assert "dualsched-config-found" in output, output[-4000:]  # no dualsched config: not passed as dev
