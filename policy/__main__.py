@@ -59,8 +59,9 @@ class StackSettings:
     def kept_by(cls, configure_stack):
         def configure(servicer, request, context):
             config = dict(request.config)
-            cls.current = Settings.from_stack(config, cls.key)
-            cls.missing = None if dualsched_config(config, cls.key) is not None else sorted(config)
+            found = dualsched_config(config, cls.key)
+            cls.current = Settings.of(found or {})
+            cls.missing = None if found is not None else sorted(config)
             return configure_stack(servicer, request, context)
 
         return configure

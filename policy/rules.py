@@ -76,7 +76,11 @@ class Settings:
         ('<namespace>:<name>' -> text, objects as JSON), taken as dualsched-policy takes them from the stack file
         (policy/offline.py, settings_for) at the same config key; what the config leaves out keeps the default.
         The program has validated the config: this only reads it."""
-        config = dualsched_config(stack_config, key) or {}
+        return cls.of(dualsched_config(stack_config, key) or {})
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> "Settings":
+        """The settings a dualsched config (camelCase or snake_case fields) gives; the defaults for what it leaves out."""
         slurm, placement, pools = config.get("slurm") or {}, config.get("placement") or {}, config.get("pools") or []
         values = {
             "environment": config.get("environment"),
