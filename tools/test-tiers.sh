@@ -22,7 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MAKE=${MAKE:-make}
 LANE=("$MAKE" --no-print-directory -k)
 LOG=build/test-beside.log
-DIAGNOSTICS=build/diagnostics  # written by a test world whose API server did not answer, or whose stack did not come up (tests/e2e/e2e_support.py)
+DIAGNOSTICS=build/diagnostics  # written by a test world whose API server did not answer, whose stack did not come up, or whose Slurm did not answer (tests/e2e/e2e_support.py, tests/node/node_support.py)
 mkdir -p build
 rm -rf "$DIAGNOSTICS"
 started=$(date +%s)
@@ -45,7 +45,7 @@ echo "[test] every build and tier ran in $(( ($(date +%s) - started) / 60 )) min
      "toolchain, one-node real and e2e tiers $([ $node -eq 0 ] && echo passed || echo FAILED)," \
      "installs, images, unit, real-Slurm and multi-node tiers $([ $others -eq 0 ] && echo passed || echo FAILED)"
 if { [ "$node" -ne 0 ] || [ "$others" -ne 0 ]; } && [ -d "$DIAGNOSTICS" ]; then
-  # last, so that the tail of a CI log shows them: the machine and the control plane when an API server stalled, the pods when a stack did not come up
+  # last, so that the tail of a CI log shows them: the machine and the control plane when an API server stalled, the pods when a stack did not come up, Slurm's daemons when Slurm did not answer
   for file in $(ls -tr "$DIAGNOSTICS"/*.log | head -3); do  # the first ones: the onset
     echo "=============================== $file"
     head -c 20000 "$file"

@@ -11,7 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import pytest
 import yaml
@@ -29,9 +29,13 @@ def tail(text: str, lines: int = 40) -> str:
 
 
 DIAGNOSTICS = ROOT / "build" / "diagnostics"
-"""Where a world writes what the machine and its control plane were doing when the API server did not answer, and
-what a stack's pods were doing when its `pulumi up` failed; `make test` (tools/test-tiers.sh) prints these files
-last, where a CI log's tail shows them."""
+"""Where a world writes what the machine and its control plane were doing when the API server did not answer, what
+a stack's pods were doing when its `pulumi up` failed, and what Slurm's daemons were doing when a real tier's wait
+for Slurm timed out (node_support.py); `make test` (tools/test-tiers.sh) prints these files last, where a CI log's
+tail shows them."""
+BOUND = 20
+"""Seconds a record waits for any one command of its own (a log, a command in a pod): the pod's node may be gone,
+the daemon it asks may hang. Never sent again: a record is written in seconds, not minutes."""
 API_TROUBLE = (
     "Error from server (Timeout)", "the server was unable to return a response", "the server is currently unable to handle",
     "etcdserver: request timed out", "TLS handshake timeout", "net/http: request canceled",
@@ -68,21 +72,40 @@ def finished_well(status: dict) -> bool:
     return status.get("state", {}).get("terminated", {}).get("exitCode") == 0
 
 
-def pod_diagnosis(world: World, pod: dict) -> str:
-    """A pod's phase and node, each container's state, restarts and last end, and the log tails of those not
-    ready (an init container that ended well is not ready, and says nothing new)."""
+@dataclass(frozen=True)
+class Scope:
+    """What a pods record (World.diagnose_pods) covers."""
+
+    kind: str
+    """Its file: DIAGNOSTICS/<world>-<kind>-<time>.log."""
+    selector: str = ""
+    """The pods, by kubectl's label selector; every pod of the namespace when empty."""
+    every_container: bool = False
+    """The logs of every container, or only of those not ready (an init container that ended well is not ready,
+    and says nothing new)."""
+    lines: int = 40
+    """How much of each log: its last lines."""
+
+
+NOT_READY = Scope("pods")
+"""A stack that did not come up: every pod, the logs of what is not ready."""
+
+
+def pod_diagnosis(world: World, pod: dict, scope: Scope = NOT_READY) -> str:
+    """A pod's phase and node, each container's state, restarts and last end, and the log tails of the containers
+    ``scope`` asks for: a container that restarted, its previous run's first (a crash loop's cause)."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
     lines = [f"--- pod {namespace}/{name} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')}"]
     for status in statuses:
         lines.append(f"  {status['name']}: ready={status.get('ready')} restarts={status.get('restartCount', 0)} "
                      f"state={json.dumps(status.get('state'))} last={json.dumps(status.get('lastState'))}")
-        if status.get("ready") or finished_well(status):
+        if not scope.every_container and (status.get("ready") or finished_well(status)):
             continue
         runs = ([["--previous"]] if status.get("restartCount") else []) + [[]]  # the crashed run first, then now
         for run in runs:
-            logs = world.kubectl("logs", "-n", namespace, name, "-c", status["name"], *run, "--tail=40", check=False)
-            lines.append(f"  log of {status['name']} {' '.join(run) or '(now)'}:\n{tail(logs.stdout + logs.stderr, 40)}")
+            logs = world.bounded("logs", "-n", namespace, name, "-c", status["name"], *run, f"--tail={scope.lines}")
+            lines.append(f"  log of {status['name']} {' '.join(run) or '(now)'}:\n{tail(logs, scope.lines)}")
     return "\n".join(lines)
 
 
@@ -94,7 +117,8 @@ class World:
     env: dict[str, str]
     project: Path
     cluster_dir: Path
-    last_diagnosis: float = field(default=0.0, init=False)
+    last_diagnosis: dict[str, float] = field(default_factory=dict, init=False)
+    """When each kind of record (Scope.kind, "" for the machine's) was last written."""
 
     # ---------------------------------------------------------------- commands
     def run(self, args: list[str], *, check: bool = True, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
@@ -112,33 +136,59 @@ class World:
     def diagnose(self, why: str) -> None:
         """Write DIAGNOSTICS/<world>-<time>.log: the machine's state and the tails of this world's control-plane
         logs, at most once a minute (a stalled API server fails every command after the first)."""
-        if time.monotonic() - self.last_diagnosis < 60:
+        if not self.due(""):
             return
-        self.last_diagnosis = time.monotonic()
         logs = self.cluster_dir / "logs"
         parts = [why, machine_state()]
         for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
             log = logs / f"{name}.log"
             if log.exists():
                 parts.append(f"--- {log} (last 60 lines)\n{tail(log.read_text(errors='replace'), 60)}")
-        DIAGNOSTICS.mkdir(parents=True, exist_ok=True)
-        (DIAGNOSTICS / f"{self.tmp.name}-{time.strftime('%H%M%S')}.log").write_text("\n\n".join(parts) + "\n")
+        self.record("", parts)
 
-    def diagnose_pods(self, why: str, *namespaces: str) -> None:
-        """Write DIAGNOSTICS/<world>-pods-<time>.log: every pod of ``namespaces`` with its containers' states, the
-        log tails of each container that is not ready (its previous run's too: a crash loop's cause) and the
-        namespaces' latest events. For a stack that did not come up: its pods are gone once the test ends."""
-        parts = [why]
+    def diagnose_pods(self, why: str, *namespaces: str, scope: Scope = NOT_READY, found: Sequence[str] = ()) -> None:
+        """Write DIAGNOSTICS/<world>-<scope.kind>-<time>.log: ``why``, what the caller ``found`` already, then the pods
+        of ``namespaces`` that ``scope`` selects with their containers' states and the log tails it asks for (see
+        pod_diagnosis), and the namespaces' latest events. For a stack that did not come up (its pods are gone
+        once the test ends), and for Slurm that does not answer (NodeWorld.diagnose_slurm)."""
+        parts = [why, *found]
+        selector = ["-l", scope.selector] if scope.selector else []
         for namespace in namespaces:
-            listed = self.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+            listed = self.kubectl("get", "pods", "-n", namespace, *selector, "-o", "json", check=False)
             if listed.returncode != 0:
                 parts.append(f"--- pods in {namespace}: {tail(listed.stderr, 5)}")
                 continue
-            parts += [pod_diagnosis(self, pod) for pod in json.loads(listed.stdout)["items"]]
+            parts += [pod_diagnosis(self, pod, scope) for pod in json.loads(listed.stdout)["items"]]
             events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)
             parts.append(f"--- events in {namespace} (last 30)\n{tail(events.stdout + events.stderr, 30)}")
+        self.record(scope.kind, parts)
+
+    def due(self, kind: str) -> bool:
+        """Whether a record of ``kind`` may be written now: at most one a minute (what stalls fails every command,
+        or every wait, after the first)."""
+        now = time.monotonic()
+        if now - self.last_diagnosis.get(kind, now - 60) < 60:
+            return False
+        self.last_diagnosis[kind] = now
+        return True
+
+    def record(self, kind: str, parts: list[str]) -> None:
+        """Write DIAGNOSTICS/<world>[-<kind>]-<time>.log."""
         DIAGNOSTICS.mkdir(parents=True, exist_ok=True)
-        (DIAGNOSTICS / f"{self.tmp.name}-pods-{time.strftime('%H%M%S')}.log").write_text("\n\n".join(parts) + "\n")
+        name = "-".join(word for word in (self.tmp.name, kind, time.strftime("%H%M%S")) if word)
+        (DIAGNOSTICS / f"{name}.log").write_text("\n\n".join(parts) + "\n")
+
+    def bounded(self, *args: str, seconds: Optional[float] = None) -> str:
+        """What ``kubectl args`` printed, for a record: sent once, ended after ``seconds`` (BOUND by default),
+        its exit status said where it failed."""
+        seconds = BOUND if seconds is None else seconds
+        try:
+            result = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True, timeout=seconds, check=False)
+            said, status = result.stdout + result.stderr, f"[exit {result.returncode}]" if result.returncode else ""
+        except subprocess.TimeoutExpired as stopped:
+            said = "".join(out if isinstance(out, str) else out.decode(errors="replace") for out in (stopped.stdout, stopped.stderr) if out)
+            status = f"[no answer in {seconds:g} s: stopped]"
+        return "\n".join(part for part in (said.rstrip("\n"), status) if part)
 
     def kubectl(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return self.run(["kubectl", *args], check=check, **kw)

@@ -82,8 +82,8 @@ def nodes(nodes_world: NodeWorld) -> Nodes:
     cluster = Nodes(nodes_world)
     for namespace in (SLURM_NS, INFERENCE_NS):
         wait_until(f"every pod in {namespace} Ready", lambda: all_ready(cluster.pods(namespace)), timeout=480)
-    wait_until("every node idle in Slurm",
-               lambda: set(cluster.node_states().items()) == {(n, "idle") for n in NODES}, timeout=300, every=5)  # fmt: skip
+    cluster.wait_for_slurm("every node idle in Slurm",
+                           lambda: set(cluster.node_states().items()) == {(n, "idle") for n in NODES}, timeout=300, every=5)  # fmt: skip
     TIMINGS.append(("multi-node: pulumi up of local until every pod Ready and every node idle", time.monotonic() - start))
     return cluster
 

@@ -136,16 +136,18 @@ def a_node_moves_to_another_pool_and_back_while_a_job_runs(
     name = f"pool-change-{slurm_release}"
     job_id = int(nodes.as_user(DEDICATED, "alice", "sbatch", "--parsable", "--partition=gpu", f"--nodelist={DEDICATED}",
                                "--mem=64M", "--output=/dev/null", held(name)).strip().split(";")[0])  # fmt: skip
-    wait_until(f"job {job_id} to run", lambda: nodes.job_state(job_id) == "RUNNING", timeout=120)
+    nodes.wait_for_slurm(f"job {job_id} to run", lambda: nodes.job_state(job_id) == "RUNNING", timeout=120)
     before = controllers(nodes)
 
     deploy(pool_member_moved(config))
-    wait_until(f"{POOL_MEMBER} in pool shared, idle with 2 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "shared", 2), timeout=300, every=3)
+    nodes.wait_for_slurm(f"{POOL_MEMBER} in pool shared, idle with 2 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "shared", 2),
+                         timeout=300, every=3)  # fmt: skip
     assert nodes.job_state(job_id) == "RUNNING"
 
     deploy(config)
     start = time.monotonic()
-    wait_until(f"{POOL_MEMBER} back in pool gpu, idle with 4 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "gpu", 4), timeout=300, every=3)
+    nodes.wait_for_slurm(f"{POOL_MEMBER} back in pool gpu, idle with 4 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "gpu", 4),
+                         timeout=300, every=3)  # fmt: skip
     TIMINGS.append((f"multi-node: a node moved back to its pool is idle in Slurm {slurm_release}, from the end of `pulumi up`",
                     time.monotonic() - start))  # fmt: skip
     # the clients here read DEDICATED's configless slurm.conf: slurmctld pushes it at its reconfigure
@@ -155,7 +157,7 @@ def a_node_moves_to_another_pool_and_back_while_a_job_runs(
     assert ran.strip() == POOL_MEMBER
 
     release(nodes, name)
-    wait_until(f"job {job_id} COMPLETED in sacct", lambda: completed(nodes, job_id), timeout=180)
+    nodes.wait_for_slurm(f"job {job_id} COMPLETED in sacct", lambda: completed(nodes, job_id), timeout=180)
     after = controllers(nodes)
     if controller_restarts:
         assert after.keys() == before.keys() and all(after[pod][0] != before[pod][0] for pod in before), (before, after)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from e2e_support import TIMINGS
+from node_support import NoAnswer
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, all_ready, wait_until
 
 from .multi_node_support import DEDICATED, Nodes, completed, controller_state, held, release
@@ -22,13 +23,6 @@ def client(nodes: Nodes, *command: str):
     nodes may be gone: kubectl exec there would hang). It reaches whichever slurmctld is in control."""
     return nodes.exec(SLURM_NS, nodes.slurmd_pod_on(DEDICATED), "slurmd", "env", f"SLURM_CONF={SLURM_CONF_CACHE}",
                       *command, check=False)  # fmt: skip
-
-
-class NoAnswer(str):
-    """A client command's error: false to wait_until, which shows its text when it gives up."""
-
-    def __bool__(self) -> bool:
-        return False
 
 
 def squeue_states(nodes: Nodes, *job_ids: int) -> dict[int, str] | NoAnswer:
@@ -82,28 +76,28 @@ def test_the_backup_controller_takes_over_from_a_lost_node_and_the_primary_comes
     world.node("fail", primary_node)
     try:
         wait_until("the primary to stop answering", lambda: controllers_up(nodes).get("primary") == "DOWN", timeout=120)
-        states = wait_until("the backup to answer for the jobs", lambda: squeue_states(nodes, running, pending) or
-                            NoAnswer(f"{squeue_states(nodes, running, pending)}; the backup's log: {backup_log(nodes)}"),
-                            timeout=300)  # fmt: skip
+        states = nodes.wait_for_slurm("the backup to answer for the jobs", lambda: squeue_states(nodes, running, pending) or
+                                      NoAnswer(f"{squeue_states(nodes, running, pending)}; the backup's log: {backup_log(nodes)}"),
+                                      timeout=300)  # fmt: skip
         takeover = time.monotonic() - lost
         TIMINGS.append((f"multi-node: backup slurmctld in control after {primary_node} was lost", takeover))
         assert states == {running: "RUNNING", pending: "PENDING"}, states
         # the backup schedules: a job submitted while the primary is gone runs to completion (on the node that
         # is left: the dedicated node's one CPU is the long job's)
         during = submit("--wrap=true", node=placed["slurmctld-1"])
-        wait_until(f"job {during} to complete under the backup",
-                   lambda: (squeue_states(nodes, during) or {}).get(during) == "COMPLETED", timeout=180)  # fmt: skip
+        nodes.wait_for_slurm(f"job {during} to complete under the backup",
+                             lambda: (squeue_states(nodes, during) or {}).get(during) == "COMPLETED", timeout=180)  # fmt: skip
     finally:
         back = time.monotonic()
         world.node("recover", primary_node)
     wait_until("slurmctld-0 Ready again", lambda: all_ready([nodes.pod(SLURM_NS, "slurmctld-0")]), timeout=300, every=5)
-    wait_until("both controllers answering", lambda: controllers_up(nodes) == {"primary": "UP", "backup": "UP"}, timeout=240)
+    nodes.wait_for_slurm("both controllers answering", lambda: controllers_up(nodes) == {"primary": "UP", "backup": "UP"}, timeout=240)
     TIMINGS.append((f"multi-node: {primary_node} back, primary slurmctld answering", time.monotonic() - back))
     # the primary, restarted, takes control back with the state the backup kept (the backup restarts into
     # standby meanwhile, and for a few seconds neither answers): every job is still there
-    states = wait_until("the primary to answer for the jobs", lambda: squeue_states(nodes, running, pending), timeout=300)
+    states = nodes.wait_for_slurm("the primary to answer for the jobs", lambda: squeue_states(nodes, running, pending), timeout=300)
     assert states == {running: "RUNNING", pending: "PENDING"}, states
     assert nodes.slurm("scontrol", "show", "job", str(pending)).count("JobState=PENDING") == 1
     release(nodes, "failover")
-    wait_until(f"job {running} COMPLETED in sacct", lambda: completed(nodes, running), timeout=120, every=3)
+    nodes.wait_for_slurm(f"job {running} COMPLETED in sacct", lambda: completed(nodes, running), timeout=120, every=3)
     nodes.slurm("scancel", str(pending))

@@ -16,7 +16,7 @@ import pytest
 from dualsched.components.identity import SLURM_UID
 from dualsched.components.nodepools import GUARDED_POOL_LABEL
 from node_support import JOB_USER_UID
-from test_real_node import INFERENCE_NS, SLURM_NS, wait_until
+from test_real_node import INFERENCE_NS, SLURM_NS
 
 from .multi_node_support import (
     BRIDGE_ADDRESSES, CONTAINER_NODES, DEDICATED, NODE_ADDRESSES, NODES, PARTITIONED, TWO_NODES, completed, controller_state,
@@ -105,7 +105,7 @@ def test_srun_on_two_nodes_runs_a_step_on_each(nodes):
     assert sorted(out.split()) == list(TWO_NODES), out
     # and both nodes are back in service: each slurmd's job epilog (Pyxis's, on every node once a pool runs
     # containers) succeeded, or Slurm would have drained the node
-    wait_until("both nodes idle again", lambda: all(nodes.node_states()[n] == "idle" for n in TWO_NODES), timeout=60)
+    nodes.wait_for_slurm("both nodes idle again", lambda: all(nodes.node_states()[n] == "idle" for n in TWO_NODES), timeout=60)
 
 
 def test_a_two_node_batch_job_writes_one_shared_file_system_from_both_nodes(nodes):
@@ -115,7 +115,7 @@ def test_a_two_node_batch_job_writes_one_shared_file_system_from_both_nodes(node
     job_id = int(nodes.as_user(DEDICATED, "alice", "sbatch", "--parsable", "-N2", f"--nodelist={','.join(TWO_NODES)}",
                                "--mem=128M", "--time=2", "--output=/shared/jobs/multi-%j.out", f"--wrap={script}")
                  .strip().split(";")[0])  # fmt: skip
-    accounted = wait_until(f"job {job_id} COMPLETED in sacct", lambda: completed(nodes, job_id), timeout=180)
+    accounted = nodes.wait_for_slurm(f"job {job_id} COMPLETED in sacct", lambda: completed(nodes, job_id), timeout=180)
     assert accounted["NNodes"] == "2", accounted
     assert f"UserId=alice({JOB_USER_UID})" in nodes.slurm("scontrol", "show", "job", str(job_id))
     # what each node wrote lands in the one directory the test reads on this machine
@@ -130,7 +130,7 @@ def test_a_checkpoint_written_on_a_training_node_is_read_by_the_model_server_on_
                                "--time=2", "--output=/dev/null",
                                f"--wrap=echo {marker} > /shared/models/tiny/multinode-checkpoint")
                  .strip().split(";")[0])  # fmt: skip
-    wait_until(f"job {job_id} COMPLETED", lambda: completed(nodes, job_id), timeout=180)
+    nodes.wait_for_slurm(f"job {job_id} COMPLETED", lambda: completed(nodes, job_id), timeout=180)
     [server] = [p for p in nodes.pods(INFERENCE_NS) if p["metadata"].get("deletionTimestamp") is None]
     assert server["spec"]["nodeName"] in PARTITIONED
     read = nodes.exec(INFERENCE_NS, server["metadata"]["name"], "server", "cat", "/models/tiny/multinode-checkpoint")

@@ -68,7 +68,7 @@ def test_every_pod_runs_and_every_slurm_daemon_is_24_11(older):
 
 def test_both_controllers_take_the_files_without_a_defunct_or_obsolete_option(older):
     """Slurm logs options it dropped ("... is defunct, please remove it", src/common/read_config.c)."""
-    wait_until("slurmctld to answer", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+    older.wait_for_slurm("slurmctld to answer", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
     for pod in ("slurmctld-0", "slurmctld-1"):
         log = older.world.kubectl("logs", "-n", SLURM_NS, pod, "-c", "slurmctld").stdout
         complaints = [line for line in log.splitlines() if re.search(r"defunct|obsolete|please remove|unrecognized key", line, re.I)]
@@ -82,11 +82,11 @@ def test_each_controllers_sidecar_reconfigures_once_slurmctld_answers_after_its_
     for pod in ("slurmctld-0", "slurmctld-1"):
         wait_until(f"{pod}'s first reconfigure", lambda: "slurmctld started or the slurm files changed: scontrol reconfigure" in
                    older.world.kubectl("logs", "-n", SLURM_NS, pod, "-c", "reconfigure").stdout, timeout=120, every=5)  # fmt: skip
-    wait_until("slurmctld to answer after it", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+    older.wait_for_slurm("slurmctld to answer after it", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
 
 
 def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
-    wait_until("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
+    older.wait_for_slurm("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
     for node in NODES:
         shown = older.slurm("scontrol", "show", "node", node)
         assert re.search(r"NodeAddr=(\S+)", shown).group(1) in (NODE_ADDRESSES[node], BRIDGE_ADDRESSES[node]), shown
@@ -94,14 +94,14 @@ def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
 
 
 def test_a_kubernetes_job_runs_a_job_on_two_nodes_as_its_user_with_a_token(older):
-    wait_until("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
+    older.wait_for_slurm("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
     up_on(older.world, TRIXIE, release_config(older.world), [JOB], LABEL)
     older.job_id, output = slurm_job_of(older.world, JOB)
     assert re.fullmatch(r"user=alice nodes=gpu-real-\[2-3\] gpus=\d+\n", output), output
 
 
 def test_accounting_records_the_job_on_both_nodes_with_a_gpu_each(older):
-    record = wait_until("slurmdbd to record the job", lambda: completed(older, older.job_id), timeout=120)
+    record = older.wait_for_slurm("slurmdbd to record the job", lambda: completed(older, older.job_id), timeout=120)
     assert record["User"] == "alice" and record["NNodes"] == "2", record
     assert "gres/gpu=2" in record["AllocTRES"].split(","), record
 

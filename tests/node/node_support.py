@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -22,8 +22,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
+import e2e_support  # noqa: E402
+from dualsched.components.slurm_files import ACCOUNTING_SERVICE, CONTROLLER_SERVICE, DATABASE_SERVICE  # noqa: E402
 from dualsched.config.loader import parse_stack_config  # noqa: E402
-from e2e_support import TIMINGS, TOOLS, VENV, World, copy_project, load_env, raw_config, tail  # noqa: E402
+from e2e_support import TIMINGS, TOOLS, VENV, Scope, World, copy_project, load_env, raw_config, tail  # noqa: E402
 from seed_shared import seed_shared  # noqa: E402
 from control_plane import control_plane_ports  # noqa: E402
 
@@ -36,8 +38,33 @@ OWNER_FILES = {"host": Path("/run/dualsched-node/host-node"), "namespaced": Path
 one-node tier's), namespaced ones (`make up`'s and the multi-node tier's)."""
 
 
+SLURM_DAEMONS = Scope("slurm", f"app.kubernetes.io/name in ({CONTROLLER_SERVICE},{ACCOUNTING_SERVICE},{DATABASE_SERVICE})",
+                      every_container=True, lines=200)
+"""The pods of a Slurm that does not answer: every slurmctld (primary and backup), slurmdbd and the accounting
+database, each container's state, restarts and log tail (its previous run's too), Ready or not."""
+SLURM_QUESTIONS = (("scontrol", "ping"), ("sacctmgr", "show", "cluster"))
+"""Asked inside slurmctld-0 when Slurm does not answer: which controllers answer, and whether slurmdbd does and
+knows the cluster."""
+
+
 class NodeWorld(World):
     shared: Path
+
+    def diagnose_slurm(self, why: str, namespace: str) -> None:
+        """Write DIAGNOSTICS/<world>-slurm-<time>.log, at most once a minute: what SLURM_QUESTIONS got in slurmctld-0
+        (each ended by `timeout` after BOUND seconds, and kubectl too: they may hang), then SLURM_DAEMONS' pods in
+        ``namespace`` (World.diagnose_pods). For a wait on Slurm that timed out while every pod was Ready. No
+        environment, Secret or ConfigMap is read."""
+        if not self.due(SLURM_DAEMONS.kind):
+            return
+        bound = e2e_support.BOUND
+        answers = []
+        for question in SLURM_QUESTIONS:
+            answer = self.bounded("exec", "-n", namespace, "slurmctld-0", "-c", "slurmctld", "--", "timeout", str(bound), *question,
+                                  seconds=bound + 10)  # fmt: skip
+            asked = f"`{' '.join(question)}` in {namespace}/slurmctld-0 (`timeout {bound}`: exit 124 when it did not answer)"
+            answers.append(f"--- {asked}\n{answer}")
+        self.diagnose_pods(why, namespace, scope=SLURM_DAEMONS, found=answers)
 
     def node(self, *args: str, check: bool = True):
         return self.run([str(TOOLS / "node.sh"), *args], check=check, timeout=900)
@@ -51,6 +78,44 @@ class NodeWorld(World):
         pids = [int(line.split()[1]) for line in tasks.splitlines()[1:] if line.split()[0] == container_id]
         assert len(pids) == 1, (container_id, tasks)
         return pids[0]
+
+
+class NoAnswer(str):
+    """A command's error: false to wait_until, which shows its text when it gives up."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def wait_until(what: str, probe: Callable[[], Any], timeout: float = 240, every: float = 2,
+               on_timeout: Callable[[str], None] = lambda message: None) -> Any:
+    """``probe()``'s first true answer within ``timeout`` seconds; when none came, ``on_timeout`` is told why and
+    the test fails."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    message = f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})"
+    on_timeout(message)
+    pytest.fail(message)
+
+
+def wait_for_slurm(world: NodeWorld, namespace: str, what: str, probe: Callable[[], Any], timeout: float = 240,
+                   every: float = 2) -> Any:
+    """wait_until for an answer from Slurm in ``namespace``. A Slurm command that failed ("Socket timed out on
+    send/recv operation": a controller starting, restarting or stuck) is no answer yet, not the test's end; when
+    the time is up, the world records Slurm's daemons (NodeWorld.diagnose_slurm) before the test fails: their
+    pods may all be Ready, and be gone once the test ends."""
+    def answer() -> Any:
+        try:
+            return probe()
+        except pytest.fail.Exception as failed:  # World.run's, for a command that failed
+            return NoAnswer(str(failed))
+
+    return wait_until(what, answer, timeout, every, on_timeout=lambda message: world.diagnose_slurm(message, namespace))
 
 
 def free_the_machine(kind: str, say: Callable[[str], None]) -> None:

@@ -73,11 +73,13 @@ def login(node_world: NodeWorld, tmp_path_factory) -> Login:
     wait_until(f"every pod in {SLURM_NS} Ready", lambda: all_ready(node_world.kget("pods", "-n", SLURM_NS)["items"]), timeout=420)
     TIMINGS.append(("every Slurm pod and the login pod Ready", time.monotonic() - start))
     # After an earlier module's stack slurmd's template may differ: its rollout (docs/upgrades.md) ends first.
-    wait_until_settled(Cluster(node_world))
+    cluster = Cluster(node_world)
+    wait_until_settled(cluster)
     login = Login(node_world, key, keys / "known_hosts")
     # When the up replaced slurmctld (an earlier module's config), its name resolves to the old pod's
     # address until the cluster resolver's cache lets go: clients retry, and so does this.
-    wait_until("slurmctld answering the login pod", lambda: login.ssh("sinfo --noheader >/dev/null").returncode == 0, timeout=120, every=5)
+    cluster.wait_for_slurm("slurmctld answering the login pod", lambda: login.ssh("sinfo --noheader >/dev/null").returncode == 0,
+                           timeout=120, every=5)  # fmt: skip
     return login
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from node_support import NodeWorld, local_config
 from slurm_releases import SlurmRelease, deployed, every_pod_ready_on, slurm_job_of
-from test_real_node import NODE, SLURM_NS, Cluster, wait_until
+from test_real_node import NODE, SLURM_NS, Cluster
 
 pytestmark = pytest.mark.node
 
@@ -45,7 +45,7 @@ def test_every_pod_runs_and_the_slurm_daemons_are_the_newer_release(newer):
 
 def test_slurmctld_takes_the_files_without_a_defunct_or_obsolete_option(newer):
     """Slurm logs options it dropped ("... is defunct, please remove it", src/common/read_config.c)."""
-    wait_until("slurmctld to answer", lambda: "gpu" in newer.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+    newer.wait_for_slurm("slurmctld to answer", lambda: "gpu" in newer.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
     log = newer.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-0", "-c", "slurmctld").stdout
     complaints = [line for line in log.splitlines() if re.search(r"defunct|obsolete|please remove|unrecognized key", line, re.I)]
     assert complaints == [], complaints
@@ -57,7 +57,7 @@ def test_the_cloud_node_registers_its_address_without_cloud_reg_addrs(newer):
         out = newer.slurm("sinfo", "--noheader", "--Node", "--format=%N %T %G")
         return out if re.search(rf"^{NODE} idle gpu:2\b", out, re.MULTILINE) else None
 
-    wait_until("slurmd to register and the node to be idle", idle, timeout=180)
+    newer.wait_for_slurm("slurmd to register and the node to be idle", idle, timeout=180)
     assert re.search(r"NodeAddr=(\d+\.){3}\d+", newer.slurm("scontrol", "show", "node", NODE))
 
 
@@ -67,7 +67,7 @@ def test_a_kubernetes_job_runs_a_gpu_job_as_its_user(newer):
 
 
 def test_sacct_records_the_job_with_its_gpu(newer):
-    record = wait_until("slurmdbd to record the job", lambda: (r := newer.sacct(newer.job_id)) and
-                        r["State"] == "COMPLETED" and r["AllocTRES"] and r)  # fmt: skip
+    record = newer.wait_for_slurm("slurmdbd to record the job", lambda: (r := newer.sacct(newer.job_id)) and
+                                  r["State"] == "COMPLETED" and r["AllocTRES"] and r)  # fmt: skip
     assert record["User"] == "alice" and record["NodeList"] == NODE
     assert "gres/gpu=1" in record["AllocTRES"].split(","), record
