@@ -225,7 +225,7 @@ class Login(pulumi.ComponentResource):
             containers=[
                 k8s.core.v1.ContainerArgs(
                     name=LOGIN,
-                    image=config.images.login,
+                    image=login_image(config),
                     command=["sh", "-c", sshd_start(config)],
                     ports=[k8s.core.v1.ContainerPortArgs(name="ssh", container_port=SSHD_PORT)],
                     readiness_probe=tcp_probe(SSHD_PORT, period=10),
@@ -267,6 +267,12 @@ class Login(pulumi.ComponentResource):
                 identity_volume(CONFIG_MAP_NAME),
             ],
         )
+
+
+def login_image(config: StackConfig) -> str:
+    """srun and sbatch load plugstack.conf, which requires Pyxis once any pool runs containers; a client
+    without the plugin stops ("Failed to initialize plugin stack"): then the login image carries it."""
+    return config.images.login_pyxis if config.runs_containers else config.images.login
 
 
 def _config_map_items(name: str, config_map: str, items: dict[str, str]) -> k8s.core.v1.VolumeArgs:

@@ -93,6 +93,7 @@ class Impact(Enum):
     CLUSTER_RENAME = "ClusterName change — refused by `pulumi up`"
     DATA_RISK = "Storage replace or delete — DATA RISK"
     WORKLOAD_REPLACE = "Workload replaced — all its pods deleted at once"
+    PARTITION_REMOVED = "Partition removed — its queued and running jobs fail"
     SLURMD_ROLL = "slurmd pool roll"
     SLURMCTLD_RESTART = "slurmctld restart"
     SLURMDBD_RESTART = "slurmdbd restart"
@@ -108,7 +109,7 @@ class Impact(Enum):
         return {Impact.SLURMD_ROLL: "🔥", Impact.OTHER: "·"}.get(self, "⚠️")
 
 
-HEADLINED = (Impact.CLUSTER_RENAME, Impact.DATA_RISK, Impact.WORKLOAD_REPLACE)
+HEADLINED = (Impact.CLUSTER_RENAME, Impact.DATA_RISK, Impact.WORKLOAD_REPLACE, Impact.PARTITION_REMOVED)
 """Impacts whose every finding is listed under the headline: they lose running jobs or data."""
 
 
@@ -702,6 +703,28 @@ def _cluster_rename(change: Change, plan: Plan) -> list[Finding]:
     return [Finding(Impact.CLUSTER_RENAME, change, summary, details)]
 
 
+def _partition_names(files: Mapping[str, str]) -> list[str]:
+    return [name for name in re.findall(r"^PartitionName=(\S+)", files.get("slurm.conf", ""), re.M) if name != "DEFAULT"]
+
+
+def _removed_partitions(change: Change, plan: Plan) -> list[Finding]:
+    """At the reconfigure slurmctld fails every job, queued or running, none of whose partitions slurm.conf still
+    has (read_config.c, _sync_jobs_to_conf): a renamed partition is a removed one to it."""
+    kept = set(_partition_names(plan.files_after))
+    removed = [name for name in _partition_names(plan.files_before) if name not in kept]
+    if not removed:
+        return []
+    summary = (
+        f"partition {', '.join(f'`{name}`' for name in removed)} removed from slurm.conf: at the reconfigure slurmctld "
+        "fails every job, queued or running, that has no other partition"
+    )
+    details = [
+        "a renamed partition is a removed one: let its jobs finish first (`scontrol update PartitionName=<name> "
+        "State=DRAIN` stops new ones), or keep the old partition beside the new one until they have",
+    ]
+    return [Finding(Impact.PARTITION_REMOVED, change, summary, details)]
+
+
 def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
     if change.kind == "ConfigMap" and _labels(change.manifest).get(NAME_LABEL) == "slurm-client":
         return [Finding(Impact.OTHER, change, f"{change.op} of {change.title}: sbatch client config, used by Jobs started after the apply")]
@@ -716,7 +739,8 @@ def slurm_config_findings(change: Change, plan: Plan) -> list[Finding]:
     )
     if change.op == "replace":
         details.append("pulumi-kubernetes replaces a ConfigMap whose data changes; slurmctld mounts it by its fixed name")
-    return [*renamed, Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
+    removed = _removed_partitions(change, plan)
+    return [*renamed, *removed, Finding(Impact.CONFIG_RELOAD, change, f"Slurm configuration changed ({change.title})", details)]
 
 
 def _slurmd_finding(change: Change, plan: Plan) -> Finding:

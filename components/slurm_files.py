@@ -21,6 +21,7 @@ import jinja2
 from dualsched.config.models import (
     CgroupVersion, DatabaseMode, GpuAutoDetect, NodePool, PoolContainers, PoolMode, PreemptType, StackConfig, TresLimit,
 )
+from dualsched.config.types import image_slurm_patch
 
 TEMPLATES = Path(__file__).parent / "templates"
 WINDOW_RESERVATIONS_FILE = "window-reservations"
@@ -409,18 +410,29 @@ _environment = jinja2.Environment(
 )
 
 
-TASK_PROLOG_IN_CONTAINERS_UNTIL = (24, 11)
-"""From 24.11 slurmstepd runs a TaskProlog through its own binary, inside a Pyxis container, which has
-neither it nor its libraries: every container step fails (NVIDIA/pyxis#163)."""
+TASK_PROLOG_FIXED_FOR_CONTAINERS = {(24, 11): 7, (25, 5): 2}
+"""Releases whose first patches ran a TaskProlog through slurmstepd's own binary (the script launcher), inside
+a Pyxis container that has neither it nor its libraries, so every container step failed (NVIDIA/pyxis#163);
+and the patch that runs it directly again (SchedMD d4d020b553, ticket 22853: 24.11.7, 25.05.2; every 25.11)."""
+
+
+def task_prolog_runs_in_containers(config: StackConfig) -> bool:
+    """Whether slurmstepd can run the TaskProlog in a job step's container: by the release, and for 24.11 and
+    25.05 by the patch level of the slurmd image (a tag without one may be an affected patch)."""
+    fixed_in = TASK_PROLOG_FIXED_FOR_CONTAINERS.get(config.slurm.release_version)
+    if fixed_in is None:
+        return True
+    patch = image_slurm_patch(config.images.slurmd_pyxis)
+    return patch is not None and patch >= fixed_in
 
 
 def task_prolog_path(config: StackConfig, site: Site) -> Optional[str]:
     """TaskProlog: where jobs may be submitted with a token (auth/jwt), it keeps the token out of their
-    tasks. Not where Pyxis runs job steps on a release that cannot run it in their containers: there a
+    tasks. Not where Pyxis runs job steps on a Slurm that cannot run it in their containers: there a
     job submitted with a token can run no `srun` (Slurm's own limit for clients with SLURM_JWT, jwt.html)."""
     if not site.jwt_key:
         return None
-    if config.runs_containers and config.slurm.release_version >= TASK_PROLOG_IN_CONTAINERS_UNTIL:
+    if config.runs_containers and not task_prolog_runs_in_containers(config):
         return None
     return f"{site.task_prolog_dir}/{TASK_PROLOG}"
 

@@ -437,7 +437,7 @@ def prod_images_are_pinned(config: StackConfig) -> Iterator[Problem]:
                           f"release ('{image_slurm_release(reference)}.<patch>-<flavor>') or a digest", reference)
 
 
-SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd", "login")
+SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd", "login", "login_pyxis")
 """The images that run Slurm's daemons or client commands."""
 
 
@@ -446,7 +446,8 @@ def _slurm_images_deployed(config: StackConfig) -> Iterator[str]:
     slurm = config.slurm
     yield from ("slurmctld", "slurmd")
     deployed = {"slurmd_pyxis": config.runs_containers, "slurmdbd": slurm.accounting.enabled,
-                "slurmrestd": config.submission.enabled, "login": slurm.login.enabled}  # fmt: skip
+                "slurmrestd": config.submission.enabled, "login": slurm.login.enabled and not config.runs_containers,
+                "login_pyxis": slurm.login.enabled and config.runs_containers}  # fmt: skip
     yield from (field for field, runs in deployed.items() if runs)
 
 

@@ -232,6 +232,9 @@ class Images(Model):
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
     login: ImageRef = "ghcr.io/slinkyproject/login:25.11.6-ubuntu24.04"
     """Login pod image: OpenSSH's sshd and the Slurm client commands (munged runs beside it from the slurmd image)."""
+    login_pyxis: ImageRef = "ghcr.io/slinkyproject/login-pyxis:25.11.6-ubuntu24.04"
+    """Login pod image with Pyxis (SchedMD's login-pyxis): the login pods run it once any pool has containers, since
+    srun and sbatch load plugstack.conf's required Pyxis and stop without it."""
 
 
 class Placement(Model):

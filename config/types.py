@@ -346,6 +346,13 @@ def image_slurm_release(reference: str) -> str | None:
     return parsed[1].group("release") if parsed else None
 
 
+def image_slurm_patch(reference: str) -> int | None:
+    """The Slurm patch level (6 of '25.11.6-ubuntu24.04') a Slurm image's tag names, or None for a tag that names none."""
+    parsed = _slurm_tag(reference)
+    patch = parsed[1].group("patch") if parsed else None
+    return int(patch[1:]) if patch else None
+
+
 def image_follows_patch_releases(reference: str) -> bool:
     """True for a Slurm image by a release tag without a patch level and no digest ('25.11-ubuntu24.04'):
     the image behind it changes with every patch release."""

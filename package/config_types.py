@@ -46,6 +46,9 @@ class Images(TypedDict):
     """Python image for the token minter, the node keeper and the Jobs' token sidecar (standard library only)."""
     login: NotRequired[pulumi.Input[str]]
     """Login pod image: OpenSSH's sshd and the Slurm client commands (munged runs beside it from the slurmd image)."""
+    login_pyxis: NotRequired[pulumi.Input[str]]
+    """Login pod image with Pyxis (SchedMD's login-pyxis): the login pods run it once any pool has containers, since
+srun and sbatch load plugstack.conf's required Pyxis and stop without it."""
 
 
 class ResourceList(TypedDict):

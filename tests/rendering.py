@@ -133,20 +133,26 @@ SLINKY_IMAGES = {to_camel(field): field.replace("_", "-") for field in SLURM_IMA
 """The config's Slurm image keys, and SchedMD's name for each image."""
 
 
-def at_release(raw: dict[str, Any], release: str) -> dict[str, Any]:
+def at_release(raw: dict[str, Any], release: str, patch: int = 1) -> dict[str, Any]:
     """The stack on another Slurm release, switched as a user switches it: slurm.release and SchedMD's images
     of one patch release of it together."""
     raw["slurm"]["release"] = release
     if tuple(map(int, release.split("."))) < NVIDIA_AUTODETECT_SINCE:
         raw["slurm"]["gpuAutoDetect"] = "off"  # their builds have neither gpu/nvml nor gpu/nvidia
     images = raw.setdefault("images", {})
-    images.update({key: f"ghcr.io/slinkyproject/{name}:{release}.1-ubuntu24.04" for key, name in SLINKY_IMAGES.items()})
+    images.update({key: f"ghcr.io/slinkyproject/{name}:{release}.{patch}-ubuntu24.04" for key, name in SLINKY_IMAGES.items()})
     return raw
 
 
 def own_images(release: str) -> dict[str, str]:
     """A site's own Slurm images of ``release`` (built as the site chooses, NVML included), by config key."""
     return {to_camel(key): f"registry.example/hpc/{key}:{release}.8" for key in SLURM_IMAGES}
+
+
+def without_containers(raw: dict[str, Any]) -> None:
+    """No pool runs job steps in containers (prod's training pools do)."""
+    for pool in raw["pools"]:
+        pool.pop("containers", None)
 
 
 def variant(name: str, edit) -> dict[str, Any]:

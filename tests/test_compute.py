@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import time
+from functools import cache
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,7 @@ from dualsched.components.compute import (
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
 from dualsched.config import parse_stack_config
-from rendering import container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume
+from rendering import container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume, without_containers
 
 POOL_LABEL = "dualsched.io/pool"
 GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
@@ -120,12 +121,19 @@ def test_host_network_with_cluster_dns_and_on_delete_updates(stack):
         assert daemonset.manifest["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_dedicated_and_partitioned_slurmd_is_not_privileged(stack):
+@cache
+def prod_without_containers():
+    """prod with no pool running job steps in containers: its slurmd pods unprivileged (tests/test_containers.py
+    has the pools that run them)."""
+    return render_raw(variant("prod", without_containers))
+
+
+@pytest.mark.parametrize("render", [lambda: render_stack("dev"), prod_without_containers], ids=["dev", "prod"])
+def test_dedicated_and_partitioned_slurmd_is_not_privileged(render):
     """The runtime's device cgroup then admits only the GPUs the kubelet allocated to slurmd; it keeps
     the two capabilities job cgroups and CPU binding need, and the runtime's seccomp profile keeps from the
-    users' jobs what no job needs."""
-    rendered = render_stack(stack)
+    users' jobs what no job needs (a pool with containers: tests/test_containers.py)."""
+    rendered = render()
     for pool, daemonset in _daemonsets(rendered).items():
         fabric = ["SYS_RESOURCE"] if rendered.config.pool(pool).fabric else []
         assert container(daemonset, "slurmd")["securityContext"] == {
@@ -173,9 +181,10 @@ def test_the_mknod_grant_writes_one_rule_per_held_device(tmp_path):
 
 
 def test_with_autodetect_nvidia_unprivileged_slurmd_first_counts_the_gpus_the_driver_lists():
-    """Every pool of dev and prod but the time-shared ones (privileged: all the node's GPUs are Slurm's)."""
-    for stack, pools in (("dev", {"gpu": 6}), ("prod", {"h100-a": 8, "h100-b": 8, "h100-shared": 4})):
-        for pool, daemonset in _daemonsets(render_stack(stack)).items():
+    """Every pool of dev and prod but the time-shared ones and those with containers (privileged: all the node's
+    GPUs are Slurm's)."""
+    for rendered, pools in ((render_stack("dev"), {"gpu": 6}), (prod_without_containers(), {"h100-a": 8, "h100-b": 8, "h100-shared": 4})):
+        for pool, daemonset in _daemonsets(rendered).items():
             command = container(daemonset, "slurmd")["command"][2]
             assert "{ " + only_the_pods_gpus_listed(pools[pool]) + "; }" in command, (stack, pool)
             assert command.index(NVIDIA_PROC_GPUS) < command.index('exec "$@"'), (stack, pool)
@@ -396,11 +405,12 @@ def test_slurmd_is_configless(stack):
         assert command[command.index("--conf-server") + 1] == controllers
         assert command[command.index("-N") + 1] == "$(NODE_NAME)"
         assert slurmd["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-        # The only ConfigMaps it mounts are the user directory, its programs (the health check in prod, the task
-        # prolog) and a fabric's nccl.conf, never the Slurm config.
+        # The only ConfigMaps it mounts are the user directory, Enroot's config, its programs (the health check in
+        # prod, the task prolog) and a fabric's nccl.conf, never the Slurm config.
         health = ["health"] if rendered.config.slurm.health_check.enabled else []
         nccl = ["nccl"] if rendered.config.pool(pool).fabric else []
-        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *health, "task-prolog", *nccl]
+        enroot = ["enroot-conf"] if rendered.config.runs_containers else []
+        assert [v["name"] for v in pod_spec(daemonset)["volumes"] if "configMap" in v] == ["identity", *enroot, *health, "task-prolog", *nccl]
         assert not [path for path in mounts(slurmd) if path.startswith("/etc/slurm")]
 
 
@@ -425,14 +435,19 @@ def test_probes_on_the_slurmd_port(stack):
 # ----------------------------------------------------------------------------- the RDMA fabric (prod's training pools)
 
 
-def test_a_pool_with_a_fabric_holds_its_rdma_devices_and_its_jobs_may_lock_memory():
+@pytest.mark.parametrize("render", [lambda: render_stack("prod"), prod_without_containers], ids=["containers", "no-containers"])
+def test_a_pool_with_a_fabric_holds_its_rdma_devices_and_its_jobs_may_lock_memory(render):
     """prod's h100-a: the RDMA device plugin's resource beside the GPUs, CAP_SYS_RESOURCE to lift slurmd's own
-    locked-memory limit before it starts (its jobs keep it: PropagateResourceLimitsExcept=MEMLOCK); h100-shared,
-    without a fabric, gets none of it."""
-    daemonsets = _daemonsets(render_stack("prod"))
+    locked-memory limit before it starts (its jobs keep it: PropagateResourceLimitsExcept=MEMLOCK; a privileged
+    slurmd, for containers, has every capability); h100-shared, without a fabric, gets none of it."""
+    rendered = render()
+    daemonsets = _daemonsets(rendered)
     slurmd = container(daemonsets["h100-a"], "slurmd")
     assert slurmd["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
-    assert "SYS_RESOURCE" in slurmd["securityContext"]["capabilities"]["add"]
+    if rendered.config.pool("h100-a").containers:
+        assert slurmd["securityContext"] == {"privileged": True}
+    else:
+        assert "SYS_RESOURCE" in slurmd["securityContext"]["capabilities"]["add"]
     assert "{ ulimit -l unlimited; }" in slurmd["command"][2]
     shared = container(daemonsets["h100-shared"], "slurmd")
     assert not any(name.startswith("rdma/") for name in shared["resources"]["limits"])

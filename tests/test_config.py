@@ -163,15 +163,27 @@ def test_default_slurm_images_name_a_patch_release_of_the_default_release(prod_r
 def test_a_slurm_image_whose_tag_names_no_release_is_taken_at_its_word(prod_raw):
     prod_raw["images"]["slurmd"] = "registry.example/hpc/slurmd:2026-06-build7"
     prod_raw["slurm"]["release"] = "24.11"
-    prod_raw["images"].update({name: f"registry.example/hpc/{name}:v3" for name in ("slurmctld", "slurmdbd", "slurmrestd")})
+    prod_raw["images"].update({name: f"registry.example/hpc/{name.lower()}:v3" for name in ("slurmctld", "slurmdPyxis", "slurmdbd", "slurmrestd")})
     assert parse_stack_config(prod_raw).slurm.release == "24.11"
 
 
 def test_images_the_stack_does_not_run_need_not_match_the_release(prod_raw):
-    """prod runs no login pods and no Pyxis: their images may name another release until it does."""
+    """prod runs no login pods, and Pyxis everywhere: the login images and the plain slurmd's (the munged
+    sidecars' and sbatch's) may name another release until it runs them."""
     prod_raw["images"]["login"] = "ghcr.io/slinkyproject/login:25.05.5-ubuntu24.04"
-    prod_raw["images"]["slurmdPyxis"] = "ghcr.io/slinkyproject/slurmd-pyxis:24.11.6-ubuntu24.04"
+    prod_raw["images"]["loginPyxis"] = "ghcr.io/slinkyproject/login-pyxis:24.11.6-ubuntu24.04"
     parse_stack_config(prod_raw)
+
+
+def test_with_containers_the_login_pods_run_the_login_image_with_pyxis(prod_raw):
+    """srun and sbatch there load plugstack.conf's required Pyxis: its image is the one checked against the release."""
+    prod_raw["slurm"]["login"] = {"enabled": True, "users": [{"name": "mlops", "authorizedKeys": [
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF58B9nAJnLphnQeuo/dRbYncWi7fw7t63xz09+j5t0g mlops@laptop"]}]}
+    prod_raw["images"]["login"] = "ghcr.io/slinkyproject/login:25.05.5-ubuntu24.04"
+    parse_stack_config(prod_raw)
+    prod_raw["images"]["loginPyxis"] = "ghcr.io/slinkyproject/login-pyxis:24.11.6-ubuntu24.04"
+    [problem] = rejection(prod_raw).problems
+    assert problem.path == "images.loginPyxis" and "names Slurm 24.11, but slurm.release is 25.11" in problem.message
 
 
 def test_gpus_are_detected_by_nvml_where_the_images_have_it(prod_raw):
@@ -547,7 +559,7 @@ INVALID = [
     Invalid("partition-without-pools", "dev", {"slurm.partitions[0].pools": []}, "slurm.partitions[0].pools"),
     # duplicates
     Invalid("duplicate-pool-names", "prod", {"pools[1].name": "h100-a"}, "pools[1].name", "more than once"),
-    Invalid("duplicate-partition-names", "prod", {"slurm.partitions[1].name": "train"},
+    Invalid("duplicate-partition-names", "prod", {"slurm.partitions[1].name": "gpu"},
             "slurm.partitions[1].name", "more than once"),
     Invalid("duplicate-model-names", "prod", {"inference.models[1].name": "llama-8b-instruct"},
             "inference.models[1].name", "more than once"),

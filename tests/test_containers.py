@@ -16,7 +16,7 @@ from dualsched.components.slurm_files import kubernetes_site, render_enroot_conf
 from dualsched.config import ConfigError, parse_stack_config
 from dualsched.config.models import PoolContainers, SlurmUser
 from dualsched.examples.sbatch_job import TRAINING_SCRIPT
-from rendering import at_release, container, mounts, pod_spec, render_raw, variant, volume
+from rendering import at_release, container, mounts, pod_spec, render_raw, render_stack, variant, volume, without_containers
 from tests.conftest import raw_stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +25,8 @@ PYXIS_LINE = "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so runtime_pa
 
 
 def _containers_on_h100_a(raw):
+    """prod with containers on its first pool only (prod has them on both training pools)."""
+    without_containers(raw)
     raw["pools"][0]["containers"] = {}
 
 
@@ -40,7 +42,7 @@ def test_containers_default_to_pyxis_with_node_local_directories():
     assert config.pools[0].containers == PoolContainers(
         runtime="pyxis", runtime_path="/run/enroot", cache_path="/var/lib/enroot/cache", data_path="/var/lib/enroot/data"
     )
-    assert config.runs_containers and not parse_stack_config(raw_stack("prod")).runs_containers
+    assert config.runs_containers and not parse_stack_config(variant("prod", without_containers)).runs_containers
 
 
 def test_containers_where_they_cannot_run_are_rejected_all_at_once():
@@ -82,7 +84,7 @@ def test_plugstack_requires_pyxis_once_a_pool_runs_containers():
 
 
 def test_plugstack_of_a_stack_without_containers_loads_nothing():
-    config = parse_stack_config(raw_stack("prod"))
+    config = parse_stack_config(variant("prod", without_containers))
     plugstack = render_slurm_files(config, kubernetes_site(config))["plugstack.conf"]
     assert plugstack.strip() and all(line.startswith("#") for line in plugstack.splitlines())
 
@@ -132,7 +134,9 @@ def test_a_pool_with_containers_gets_enroot_config_directories_and_privilege():
         assert volume(daemonset, name) == {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
         assert mounted[path]["name"] == name
     config_map = rendered.named("ConfigMap", volume(daemonset, "enroot-conf")["configMap"]["name"], "slurm")
-    assert config_map.manifest["data"] == {"enroot.conf": render_enroot_conf(PoolContainers())}
+    # and the mount that puts the TaskProlog in containers (below)
+    assert config_map.manifest["data"]["enroot.conf"] == render_enroot_conf(PoolContainers())
+    assert set(config_map.manifest["data"]) == {"enroot.conf", "90-dualsched-task-prolog.fstab"}
     # The directories are made before slurmd starts; slurmd is still what runs.
     command = slurmd["command"]
     users = parse_stack_config(variant("prod", _containers_on_h100_a)).slurm.users
@@ -159,40 +163,61 @@ def test_pools_without_containers_get_an_enroot_that_lists_nothing_and_no_privil
     assert not any("hostPath" in v and "enroot" in v["name"] for v in pod_spec(daemonset)["volumes"])
 
 
-def _containers_on_22_05(raw):
-    _containers_on_h100_a(raw)
-    at_release(raw, "22.05")
+TASK_PROLOG = "/etc/dualsched/task/task_prolog.sh"
 
 
-def test_on_22_05_the_task_prolog_is_bound_into_every_container():
-    """slurmstepd runs slurm.conf's TaskProlog after Pyxis has joined the container (NVIDIA/pyxis#83): an Enroot
-    mount puts it there, read-only, on every pool whose slurmd runs Enroot (the real proof: the multi-node
-    tier's training job, its srun steps in containers)."""
-    rendered = render_raw(variant("prod", _containers_on_22_05))
-    prolog = "/etc/dualsched/task/task_prolog.sh"
-    assert f"TaskProlog={prolog}" in rendered.slurm_files["slurm.conf"].splitlines()
+def _containers_at(release: str, patch: int = 1):
+    def edit(raw):
+        _containers_on_h100_a(raw)
+        at_release(raw, release, patch)
+
+    return edit
+
+
+def _task_prolog_lines(rendered) -> list[str]:
+    return [line for line in rendered.slurm_files["slurm.conf"].splitlines() if line.startswith("TaskProlog=")]
+
+
+@pytest.mark.parametrize(("release", "patch"), [("22.05", 1), ("24.11", 7), ("25.05", 2), ("25.11", 6), ("26.05", 1)])
+def test_the_task_prolog_is_bound_into_every_container_where_slurmstepd_runs_it_there(release, patch):
+    """slurmstepd runs slurm.conf's TaskProlog after Pyxis has joined the container (NVIDIA/pyxis#83), by
+    exec'ing the script there: an Enroot mount puts it in, read-only, on every pool whose slurmd runs Enroot
+    (the real proof, on 22.05: the multi-node tier's training job, its srun steps in containers). So a job
+    submitted with a token can srun in containers on prod's default 25.11 too."""
+    rendered = render_raw(variant("prod", _containers_at(release, patch)))
+    assert _task_prolog_lines(rendered) == [f"TaskProlog={TASK_PROLOG}"]
     for pool in ("h100-a", "h100-b"):
         daemonset = _slurmd_of(rendered, pool)
         fstab = mounts(container(daemonset, "slurmd"))["/etc/enroot/mounts.d/90-dualsched-task-prolog.fstab"]
         assert fstab == {"name": "enroot-conf", "mountPath": "/etc/enroot/mounts.d/90-dualsched-task-prolog.fstab",
                          "readOnly": True, "subPath": "90-dualsched-task-prolog.fstab"}  # fmt: skip
         data = rendered.named("ConfigMap", volume(daemonset, "enroot-conf")["configMap"]["name"], "slurm").manifest["data"]
-        assert data["90-dualsched-task-prolog.fstab"] == f"{prolog} {prolog} none x-create=file,bind,ro,nosuid,nodev,private 0 -1\n"
+        assert data["90-dualsched-task-prolog.fstab"] == f"{TASK_PROLOG} {TASK_PROLOG} none x-create=file,bind,ro,nosuid,nodev,private 0 -1\n"
 
 
-def test_from_24_11_a_stack_with_containers_has_no_task_prolog():
-    """There slurmstepd runs the TaskProlog through its own binary inside the container, which lacks it and its
-    libraries (NVIDIA/pyxis#163): every container step would fail. Jobs submitted with a token then cannot
-    srun (Slurm's limit, docs/security.md)."""
-    rendered = render_raw(variant("prod", _containers_on_h100_a))
-    assert not [line for line in rendered.slurm_files["slurm.conf"].splitlines() if line.startswith("TaskProlog=")]
+@pytest.mark.parametrize(("release", "patch"), [("24.11", 1), ("24.11", 6), ("25.05", 1)])
+def test_a_patch_that_runs_the_task_prolog_through_slurmstepds_binary_gets_none_with_containers(release, patch):
+    """24.11.0-24.11.6 and 25.05.0-25.05.1 ran a TaskProlog through slurmstepd's own binary inside the container,
+    which lacks it and its libraries (NVIDIA/pyxis#163): every container step would fail. Jobs submitted with a
+    token then cannot srun (Slurm's limit, docs/security.md)."""
+    rendered = render_raw(variant("prod", _containers_at(release, patch)))
+    assert not _task_prolog_lines(rendered)
     for daemonset in rendered.by_kind("DaemonSet"):
         assert not any(v["name"] == "task-prolog" for v in pod_spec(daemonset).get("volumes", []))
         assert not any(p.startswith("/etc/enroot/mounts.d/") for p in mounts(container(daemonset, "slurmd")))
 
 
+def test_a_slurmd_image_that_names_no_patch_of_an_affected_release_gets_no_task_prolog():
+    """A digest or a tag without a patch level may be an affected patch: the TaskProlog is left out."""
+    def by_digest(raw):
+        _containers_at("24.11", 7)(raw)
+        raw["images"]["slurmdPyxis"] = "ghcr.io/slinkyproject/slurmd-pyxis@sha256:" + "a" * 64
+
+    assert not _task_prolog_lines(render_raw(variant("prod", by_digest)))
+
+
 def test_a_stack_without_containers_has_no_enroot():
-    rendered = render_raw(variant("prod", lambda raw: None))
+    rendered = render_raw(variant("prod", without_containers))
     assert not [cm for cm in rendered.by_kind("ConfigMap") if "enroot.conf" in cm.manifest.get("data", {})]
     for daemonset in rendered.by_kind("DaemonSet"):
         assert not any(v["name"].startswith("enroot-") for v in pod_spec(daemonset).get("volumes", []))
@@ -269,3 +294,22 @@ def test_the_container_example_is_the_seed_training_job_in_a_container():
     step = example.split("\nsrun ", 1)[1].replace("\\\n", " ").split()
     assert step[:2] == ["--container-image=nvcr.io#nvidia/pytorch:25.09-py3", "--container-mounts=/shared:/shared"]
     assert " ".join(step[2:]) == TRAINING_SCRIPT.split("\nsrun ", 1)[1].strip()
+
+
+def test_prod_runs_the_container_example_as_it_is_written():
+    """Its partition is prod's training pools, every one with containers, whose nodes have the GPUs and the count
+    it asks for; and slurm.conf's TaskProlog, bound into the containers, keeps the token of a job submitted from a
+    Kubernetes Job out of it, so its srun steps run (on 25.11, prod's release)."""
+    example = (REPO / "examples" / "train_pyxis.sbatch").read_text()
+    options = dict(line.removeprefix("#SBATCH --").split("=", 1) for line in example.splitlines() if line.startswith("#SBATCH"))
+    config = parse_stack_config(raw_stack("prod"))
+    [partition] = [p for p in config.slurm.partitions if p.name == options["partition"]]
+    pools = [config.pool(name) for name in partition.pools]
+    assert pools and all(pool.containers for pool in pools)
+    assert all(pool.slurm_gpu_count >= int(options["gres"].removeprefix("gpu:")) for pool in pools)
+    assert sum(len(pool.node_names) for pool in pools) >= int(options["nodes"])
+    rendered = render_stack("prod")
+    assert _task_prolog_lines(rendered) == [f"TaskProlog={TASK_PROLOG}"]
+    for pool in pools:
+        assert "/etc/enroot/mounts.d/90-dualsched-task-prolog.fstab" in mounts(container(_slurmd_of(rendered, pool.name), "slurmd"))
+

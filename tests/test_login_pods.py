@@ -173,6 +173,18 @@ def test_the_login_pod_runs_sshd_with_no_token_and_only_the_capabilities_it_need
     assert [c["name"] for c in spec["initContainers"]] == ["munged"]
 
 
+def test_with_containers_the_login_pod_runs_the_login_image_with_pyxis():
+    """srun and sbatch there read the plugstack.conf the login pod mounts, whose Pyxis is `required` once a pool
+    runs containers: a client without the plugin stops ("Failed to initialize plugin stack"; the real Slurm:
+    tests/slurm/test_pyxis_plugstack.py)."""
+    raw = raw_stack("prod")  # its training pools run containers
+    raw["slurm"]["login"] = {"enabled": True, "users": [{"name": "mlops", "authorizedKeys": [ED25519]}]}
+    rendered = render_raw(raw)
+    assert "required " in rendered.slurm_files["plugstack.conf"]
+    assert container(deployment(rendered), "login")["image"] == rendered.config.images.login_pyxis
+    assert rendered.config.images.login_pyxis == "ghcr.io/slinkyproject/login-pyxis:25.11.6-ubuntu24.04"
+
+
 def test_only_munged_mounts_the_munge_key_and_only_the_login_container_the_host_key():
     login = deployment(render_raw(LOGIN))
     munge_key = [m["mountPath"] for m in container(login, "munged")["volumeMounts"] if m["name"] == "munge-key"]

@@ -58,14 +58,22 @@ PROPERTIES = {
     "seccomp RuntimeDefault": _seccomp,
 }
 
-# (kind, object name pattern, container name) -> {property: why this software needs it}
+SLURMD: dict[str, str] = {
+    "allowPrivilegeEscalation=false": "jobs run inside this container and may run setuid programs (no_new_privs would break them)",
+    "non-root": "slurmd runs as root to start job steps as the submitting user",
+    "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE (and SYS_RESOURCE with a fabric)",
+    "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
+}
+
+# (kind, object name pattern, container name) -> {property: why this software needs it}; the first that matches
 ALLOWED: dict[tuple[str, str, str], dict[str, str]] = {
-    ("DaemonSet", "*slurmd-*", "slurmd"): {
-        "allowPrivilegeEscalation=false": "jobs run inside this container and may run setuid programs (no_new_privs would break them)",
-        "non-root": "slurmd runs as root to start job steps as the submitting user",
-        "drops ALL capabilities": "slurmstepd needs the runtime's defaults (setuid, setgid, chown, kill) and adds SYS_ADMIN, SYS_NICE (and SYS_RESOURCE with a fabric)",
-        "readOnlyRootFilesystem": "jobs run inside this container and write to its file system",
+    ("DaemonSet", "*slurmd-h100-[ab]-*", "slurmd"): {
+        **SLURMD,
+        "not privileged": "prod's training pools run job steps in containers: Enroot makes a user namespace and mounts /proc in it, "
+                          "which the runtime's seccomp profile and masked /proc refuse (docs/containers.md); dedicated pools",
+        "seccomp RuntimeDefault": "a privileged container runs unconfined whatever profile it names",
     },
+    ("DaemonSet", "*slurmd-*", "slurmd"): SLURMD,
     ("StatefulSet", "slurmctld", "state-owner"): {
         "non-root": "gives the state directory to SlurmUser (chown, chmod: CHOWN and FOWNER only) where no fsGroup is applied",
     },

@@ -39,6 +39,8 @@ from dualsched.components.report import (
 from rendering import ROOT, at_release, raw_stack, render_raw
 
 NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.11.7-ubuntu24.04"
+NEW_SLURMD_PYXIS = "ghcr.io/slinkyproject/slurmd-pyxis:25.11.7-ubuntu24.04"
+"""What prod's slurmd run (its training pools run job steps in containers, so every pool runs the Pyxis image)."""
 """The next patch release of the default image (a slurmd image must run slurm.release, 25.11)."""
 NEW_VLLM = "docker.io/vllm/vllm-openai:v0.11.1"
 
@@ -165,7 +167,7 @@ def test_a_slurmd_roll_without_the_rollout_controller_says_the_nodes_are_drained
 
 
 def test_slurmd_image_change_rolls_every_pool_with_its_node_count(tmp_path):
-    compared = compare(tmp_path, "prod", lambda raw: raw["images"].update(slurmd=NEW_SLURMD))
+    compared = compare(tmp_path, "prod", lambda raw: raw["images"].update(slurmdPyxis=NEW_SLURMD_PYXIS))
     rolls = {finding.change.name.split("-slurmd-")[1].rsplit("-", 1)[0]: finding for finding in compared.of(Impact.SLURMD_ROLL)}
     assert set(rolls) == {"h100-a", "h100-b", "h100-shared"}
     assert len(rolls["h100-a"].nodes) == 32 and rolls["h100-a"].nodes[0] == "gpu-a-001"
@@ -418,6 +420,17 @@ def test_cluster_name_change_is_refused_in_the_headline(tmp_path):
     # replaced on a deliberate rename, and the headline says what each does
     assert not [c for c in compared.plan.changes if c.kind == "DaemonSet" and c.op == "replace"]
     assert "**replace** of StatefulSet slurm/slurmctld: slurmctld is down until the new pods run; running jobs continue" in top
+
+
+def test_a_removed_or_renamed_partition_heads_the_report_with_the_jobs_that_fail(tmp_path):
+    """slurmctld fails the jobs of a partition slurm.conf no longer has (read_config.c, _sync_jobs_to_conf)."""
+    compared = compare(tmp_path, "prod", lambda raw: raw["slurm"]["partitions"][1].update(name="train-b"))
+    (removed,) = compared.of(Impact.PARTITION_REMOVED)
+    assert removed.change.name == "slurm-config"
+    top = headline(compared.markdown)
+    assert "partition `train-a` removed from slurm.conf" in top and "fails every job, queued or running" in top
+    assert not compare(tmp_path / "added", "prod", lambda raw: raw["slurm"]["partitions"].append(
+        {"name": "train-b", "pools": ["h100-b"]})).of(Impact.PARTITION_REMOVED)
 
 
 def test_a_replaced_slurmd_daemonset_heads_the_report_with_the_jobs_it_kills(tmp_path):

@@ -405,10 +405,10 @@ def test_accounting_enabled_points_at_slurmdbd(dev_config):
 def test_partitions_list_their_pools_nodes(prod_config):
     partitions = lines(render(prod_config)["slurm.conf"], "PartitionName")
     assert partitions[0] == (
-        "PartitionName=train Nodes=gpu-a-[001-032],gpu-b-[001-032] Default=YES MaxTime=7-00:00:00 PriorityTier=1 State=UP"
+        "PartitionName=gpu Nodes=gpu-a-[001-032],gpu-b-[001-032] Default=YES MaxTime=7-00:00:00 PriorityTier=1 State=UP"
     )
     assert [line.split()[0] for line in partitions] == [
-        "PartitionName=train", "PartitionName=train-a", "PartitionName=shared"
+        "PartitionName=gpu", "PartitionName=train-a", "PartitionName=shared"
     ]
 
 

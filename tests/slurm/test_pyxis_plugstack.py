@@ -125,6 +125,21 @@ def test_srun_offers_the_container_options_of_the_plugin_slurm_loads(pyxis_clust
         assert option in help_text, help_text
 
 
+def test_a_client_without_the_plugin_stops_so_the_login_pods_run_the_image_with_pyxis(pyxis_cluster, tmp_path):
+    """The login pod's sbatch and srun read plugstack.conf beside slurm.conf, from the slurm ConfigMap
+    (components/login.py). Its Pyxis is `required`, so a client without the plugin stops before it asks
+    slurmctld anything: hence images.loginPyxis once a pool has containers. The same clients with the
+    plugin go on (the other tests here)."""
+    etc = Path(shutil.copytree(pyxis_cluster.etc, tmp_path / "etc"))
+    plugstack = etc / "plugstack.conf"
+    plugstack.write_text(plugstack.read_text().replace(pyxis_cluster.spank_pyxis, str(tmp_path / "not-installed" / "spank_pyxis.so")))
+    env = {**pyxis_cluster.env, "SLURM_CONF": str(etc / "slurm.conf")}
+    for command in (("sbatch", "--partition=gpu", "--wrap=true"), ("srun", "--partition=gpu", "true")):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert result.returncode != 0, result.stdout
+        assert "Failed to load plugin" in result.stderr and "Aborting" in result.stderr, result.stderr
+
+
 def test_a_job_without_a_container_runs_with_the_plugin_loaded(pyxis_cluster):
     # The step's srun runs in the job, on the node: it reads the plugstack.conf slurmd fetched.
     job = pyxis_cluster.sbatch(
