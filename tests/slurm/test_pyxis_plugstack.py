@@ -132,7 +132,7 @@ def test_a_client_without_the_plugin_stops_so_the_login_pods_run_the_image_with_
     plugin go on (the other tests here)."""
     etc = Path(shutil.copytree(pyxis_cluster.etc, tmp_path / "etc"))
     plugstack = etc / "plugstack.conf"
-    plugstack.write_text(plugstack.read_text().replace(pyxis_cluster.spank_pyxis, str(tmp_path / "not-installed" / "spank_pyxis.so")))
+    plugstack.write_text(plugstack.read_text().replace(str(pyxis_cluster.spank_pyxis), str(tmp_path / "not-installed" / "spank_pyxis.so")))
     env = {**pyxis_cluster.env, "SLURM_CONF": str(etc / "slurm.conf")}
     for command in (("sbatch", "--partition=gpu", "--wrap=true"), ("srun", "--partition=gpu", "true")):
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
