@@ -383,7 +383,7 @@ EOF
 
 write_corefile() {
   cat >"$DIR/Corefile" <<EOF
-.:53 {
+cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
     bind $DNS_IP
     errors
     kubernetes cluster.local in-addr.arpa ip6.arpa {
@@ -396,8 +396,20 @@ write_corefile() {
     reload
     loadbalance
 }
+.:53 {
+    bind $DNS_IP
+    errors
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
+}
 EOF
-  # No forward: pods here never need names outside the cluster, so nothing leaves the machine.
+  # No forward: pods here never need names outside the cluster, so nothing leaves the machine. Every other
+  # name (a node's, gpu-real-1: none resolves here) gets NXDOMAIN, as a site's DNS answers a name it does not
+  # know. Without that block CoreDNS refused them, which a resolver reports as a temporary failure
+  # (EAI_AGAIN): Debian's Slurm 24.11 retries those with growing pauses, and a slurmctld restarted before
+  # its nodes registered spent minutes resolving their names (the multi-node tier's 24.11 controllers then
+  # took control from each other until `pulumi up` timed out).
   kc apply -f - >/dev/null <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

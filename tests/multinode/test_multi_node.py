@@ -8,6 +8,8 @@ new multi-node cluster: nodes, placement, Slurm's view, then jobs across nodes.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -94,6 +96,34 @@ def test_slurm_knows_each_node_by_the_address_it_registered_from(nodes):
         # a slurmd beside slurmctld reaches its pod from the node's bridge, the others over the link
         assert address in (NODE_ADDRESSES[node], BRIDGE_ADDRESSES[node]), shown
         assert re.search(rf"Gres=gpu:{4 if node in CONTAINER_NODES else 2}\b", shown), shown
+
+
+DNS_IP = "169.254.20.10"
+"""Each node's cluster DNS (tools/node.sh), which its pods ask."""
+
+
+def dns_rcode(node: str, name: str) -> int:
+    """The response code the cluster DNS of ``node`` gives an A query for ``name``, asked from inside the node."""
+    asked = (
+        "import random, socket, struct; t = random.randrange(65536); "
+        f"q = struct.pack('>HHHHHH', t, 256, 1, 0, 0, 0) + b''.join(bytes([len(p)]) + p.encode() for p in {name!r}.split('.')) "
+        "+ bytes(1) + struct.pack('>HH', 1, 1); s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5); "
+        f"s.sendto(q, ({DNS_IP!r}, 53)); print(s.recv(512)[3] & 15)"
+    )
+    result = subprocess.run(["nsenter", f"--net=/run/netns/dualsched-{node}", sys.executable, "-c", asked],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_node_names_resolve_nowhere_and_the_cluster_dns_says_so_at_once(nodes):
+    """Slurm learns each node's address from its registration (State=CLOUD), so no node name needs DNS, and none
+    resolves here. The cluster DNS answers such a name NXDOMAIN, as a site's DNS does: a refused query is a
+    temporary failure to the resolver (EAI_AGAIN), which Debian's Slurm 24.11 retries with growing pauses at every
+    slurmctld start, and its controllers then took control from each other for ten minutes (tools/node.sh)."""
+    for node in NODES:
+        assert dns_rcode(node, NODES[-1]) == 3, node  # NXDOMAIN
+        assert dns_rcode(node, "kubernetes.default.svc.cluster.local") == 0, node
 
 
 # ---------------------------------------------------------------- jobs across nodes

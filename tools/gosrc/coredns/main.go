@@ -20,13 +20,14 @@ import (
 	_ "github.com/coredns/coredns/plugin/loop"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
+	_ "github.com/coredns/coredns/plugin/template"
 )
 
 // The same relative order as upstream's core/dnsserver/zdirectives.go (order decides which
 // plugin sees a request first).
 var directives = []string{
 	"reload", "bind", "ready", "health", "errors", "log", "loadbalance",
-	"cache", "hosts", "kubernetes", "loop", "forward",
+	"cache", "template", "hosts", "kubernetes", "loop", "forward",
 }
 
 func init() { dnsserver.Directives = directives }
