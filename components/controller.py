@@ -67,6 +67,14 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # reconfigure, which pushes the files, but one change that also alters a restart key restarts slurmctld all the same.
 # (From 23.11 that first reconfigure starts the new slurmctld anew in place once more. The 24.11 crash loops once
 # blamed on it were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.)
+# Only the sidecar beside the controller in charge (the first that `scontrol ping` finds up: the one clients reach)
+# reconfigures; the other pod's would ask the same slurmctld again. Two at once, as both pods start, stalled 24.11's
+# primary while the first restarted it in place, and the two controllers then took control from each other until
+# `pulumi up` timed out (the multi-node tier). A backup that takes over reconfigures once.
+IN_CHARGE = 'scontrol ping | grep -m1 " is UP" | grep -q " at $(uname -n) is UP"'
+"""True in the pod whose slurmctld is the first one up: the one clients, `scontrol reconfigure` among them, reach."""
+
+
 def reconfigure_loop() -> str:
     """The reconfigure sidecar's shell loop."""
     return (
@@ -79,6 +87,7 @@ def reconfigure_loop() -> str:
         f"sleep {RECONFIGURE_INTERVAL}; "
         f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
         '[ "$now" = "$seen" ] && continue; '
+        f"{IN_CHARGE} || continue; "
         'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
         'scontrol reconfigure && seen="$now"; '
         "done"

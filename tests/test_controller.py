@@ -256,19 +256,26 @@ def test_reconfigure_sidecar_is_small_and_unprivileged():
     assert reconfigure["resources"] == {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
 
 
-def _run_loop(tmp_path: Path, scontrol_exit: str):
-    """The reconfigure loop under sh, against a temp config dir, with a fake scontrol, a fake window
-    reservations program and a short sleep."""
+PING = "Slurmctld(primary) at slurmctld-0 is {primary}\nSlurmctld(backup) at slurmctld-1 is UP"
+"""`scontrol ping` with two controllers (the format of scontrol.c, 22.05 to 26.05)."""
+
+
+def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", primary: str = "UP"):
+    """The reconfigure loop under sh in the pod ``host``, against a temp config dir, with a fake scontrol (whose
+    `ping` finds the primary ``primary``), a fake window reservations program and a short sleep."""
     conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
     for directory in (conf, programs, bin_dir):
-        directory.mkdir()
+        directory.mkdir(parents=True)
     for name in ("slurm.conf", "gres.conf", "cgroup.conf", "window-reservations"):
         (conf / name).write_text(f"# {name}\n")
     scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{scontrol_exit}\n')
+    ping = PING.format(primary=primary)
+    scontrol.write_text(f'#!/bin/sh\n[ "$1" = ping ] && {{ printf "{ping}\\n"; exit 0; }}\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
     (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
     script = reconfigure_loop().replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    assert script.count("$(uname -n)") == 1
+    script = script.replace("$(uname -n)", host)
     sleep = f"sleep {RECONFIGURE_INTERVAL};"
     assert script.count(sleep) == 1
     # Mark when the first checksum is taken (a change before it would be the baseline), and poll fast.
@@ -320,6 +327,21 @@ def test_reconfigure_loop_reconfigures_once_slurmctld_answers_after_the_pod_star
     finally:
         process.kill()
         process.wait()
+
+
+def test_only_the_controller_in_charge_reconfigures_and_a_backup_once_it_takes_over(tmp_path):
+    """Both pods' sidecars see the same files; two reconfigures at once stalled 24.11's primary while the first
+    restarted it in place (the multi-node tier). The backup's sidecar asks nothing while the primary is up."""
+    backup, _, backup_log = _run_loop(tmp_path / "backup", "exit 0", host="slurmctld-1")
+    took_over, _, took_over_log = _run_loop(tmp_path / "took-over", "exit 0", host="slurmctld-1", primary="DOWN")
+    try:
+        assert _wait_for(lambda: _reconfigures(took_over_log) == ["reconfigure"])
+        time.sleep(0.6)
+        assert _reconfigures(took_over_log) == ["reconfigure"] and _reconfigures(backup_log) == []
+    finally:
+        for process in (backup, took_over):
+            process.kill()
+            process.wait()
 
 
 def test_reconfigure_loop_reconfigures_once_per_change(tmp_path):
