@@ -109,6 +109,10 @@ class Keeper:
         result = self.world.stack(STACK, config).up(on_output=lambda _: None, color="never")
         TIMINGS.append((f"pulumi up of the node keeper's stack ({result.summary.result})", time.monotonic() - start))
         assert result.summary.result == "succeeded", tail(result.stdout)
+        # pulumi-kubernetes may report a Deployment updated before its controller saw the new template
+        # (pulumi-kubernetes#3329, docs/deploy.md): wait for the keeper's new pod, which is ready once a pass
+        # found the node as wanted (once, a test read the node while the old pod still ran)
+        self.world.kubectl("rollout", "status", "deployment", "-n", NAMESPACE, "--timeout=180s", timeout=210)
 
     def node(self) -> dict:
         return self.world.kget("node", NODE, "--show-managed-fields")
