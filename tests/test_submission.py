@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import kubernetes_validate
 import pulumi_kubernetes as k8s
 import pytest
@@ -17,6 +20,8 @@ from tests.conftest import raw_stack
 
 PSA = "pod-security.kubernetes.io"
 SCRIPT = "#!/bin/sh\n#SBATCH --job-name=train\nsrun hostname\n"
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _client_config(rendered):
@@ -155,3 +160,36 @@ def test_one_user_per_namespace_or_no_submission_is_not_warned_about(change):
     raw = raw_stack("dev")
     change(raw)
     assert trust_warnings(parse_stack_config(raw)) == []
+
+
+def _sbatch_wait(tmp_path, sbatch: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """components/programs/sbatch_wait.sh under bash, with a fake sbatch (``sbatch``: its body) and an scontrol that
+    reports the job COMPLETED; each sbatch call is a line of the returned list."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/bash\necho x >> {calls}\n{sbatch}\n")
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 'JobId=42 JobState=COMPLETED'\n")
+    for tool in ("sbatch", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    (tmp_path / "token").write_text("t")
+    script = (REPO / "components" / "programs" / "sbatch_wait.sh").read_text().replace("/tmp/sbatch.err", str(tmp_path / "err"))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_TOKEN_FILE": str(tmp_path / "token"), "BATCH_SCRIPT": "#!/bin/sh\ntrue\n",
+           "SBATCH_WAIT_POLL_SECONDS": "0"}  # fmt: skip
+    result = subprocess.run(["bash", "-c", script, "sbatch_wait.sh", "--partition=gpu"], env=env, capture_output=True, text=True, timeout=30)
+    return result, calls.read_text().split() if calls.exists() else []
+
+
+def test_a_submission_slurmctld_took_no_connection_for_is_sent_again(tmp_path):
+    """A controller starting anew (a reconfigure from 23.11, a failover) refused the one-node tier's Job once; sbatch never
+    reached it, so a second try makes no second job."""
+    refused_twice = f'[ $(wc -l < {tmp_path / "calls"}) -le 2 ] && {{ echo "sbatch: error: Batch job submission failed: ' \
+                    'Unable to contact slurm controller (connect failure)" >&2; exit 1; }; echo 42'
+    result, calls = _sbatch_wait(tmp_path, refused_twice)
+    assert result.returncode == 0, result.stderr
+    assert len(calls) == 3 and "Submitted batch job 42" in result.stdout and "job 42 COMPLETED" in result.stdout
+
+
+def test_any_other_refusal_ends_the_job_at_once(tmp_path):
+    result, calls = _sbatch_wait(tmp_path, 'echo "sbatch: error: Invalid account or account/partition combination" >&2; exit 1')
+    assert result.returncode != 0 and len(calls) == 1 and "Invalid account" in result.stderr
+

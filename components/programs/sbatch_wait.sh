@@ -8,7 +8,21 @@ set -euo pipefail
 
 slurm() { SLURM_JWT="$(cat "$SLURM_TOKEN_FILE")" "$@"; }
 
-job_id="$(slurm sbatch --parsable "$@" <<<"$BATCH_SCRIPT")"
+# A controller starting anew (a reconfigure from Slurm 23.11, a failover) takes no connection for a few seconds:
+# sbatch never reached it, so submitting again cannot make a second job. Any other refusal ends the Job.
+submit() {
+    local try
+    for try in $(seq 1 "${SBATCH_SUBMIT_TRIES:-30}"); do
+        if slurm sbatch --parsable "$@" <<<"$BATCH_SCRIPT" 2>/tmp/sbatch.err; then cat /tmp/sbatch.err >&2; return 0; fi
+        cat /tmp/sbatch.err >&2
+        grep -q "Unable to contact slurm controller" /tmp/sbatch.err || return 1
+        echo "slurmctld took no connection (try $try): submitting again" >&2
+        sleep "${SBATCH_WAIT_POLL_SECONDS:-5}"
+    done
+    return 1
+}
+
+job_id="$(submit "$@")"
 job_id="${job_id%%;*}"
 echo "Submitted batch job $job_id"
 while :; do
