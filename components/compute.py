@@ -217,9 +217,8 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
 
 
 def slurmd_image(config: StackConfig) -> str:
-    """Every slurmd loads the plugstack.conf slurmctld serves, which requires Pyxis once any pool
-    runs containers: then every pool's slurmd image carries it."""
-    return config.images.slurmd_pyxis if config.runs_containers else config.images.slurmd
+    """Every slurmd loads the plugstack.conf slurmctld serves: with containers, every pool's image carries Pyxis."""
+    return getattr(config.images, config.slurm_image_field("slurmd"))
 
 
 def enroot_volumes(

@@ -67,29 +67,52 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # reconfigure, which pushes the files, but one change that also alters a restart key restarts slurmctld all the same.
 # (From 23.11 that first reconfigure starts the new slurmctld anew in place once more. The 24.11 crash loops once
 # blamed on it were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.)
-# Only the sidecar beside the controller in charge (the first that `scontrol ping` finds up: the one clients reach)
-# reconfigures; the other pod's would ask the same slurmctld again. Two at once, as both pods start, stalled 24.11's
-# primary while the first restarted it in place, and the two controllers then took control from each other until
-# `pulumi up` timed out (the multi-node tier). A backup that takes over reconfigures once.
-IN_CHARGE = 'scontrol ping | grep -m1 " is UP" | grep -q " at $(uname -n) is UP"'
-"""True in the pod whose slurmctld is the first one up: the one clients, `scontrol reconfigure` among them, reach."""
+# Only the sidecar beside the controller in charge runs a round; the other pod's would ask the same slurmctld (and
+# slurmdbd) the same again, a reservation or QOS made twice at once failing one of them.
+# Two at once, as both pods start, stalled 24.11's primary while the first restarted it in place, and the two
+# controllers then took control from each other until `pulumi up` timed out (the multi-node tier). The primary's pod
+# is in charge while its slurmctld answers. A backup's pod is in charge only once no controller before it has
+# answered for longer than SlurmctldTimeout, when the backup takes control (src/slurmctld/backup.c): a primary
+# restarting itself in place for its own at-start reconfigure is down for seconds, and a backup that asked then
+# would have its request wait for the primary (a standby backup answers ESLURM_IN_STANDBY_MODE and the client
+# tries the primary again) and restart it a second time. A backup that takes over reconfigures once.
 
 
-def reconfigure_loop() -> str:
+def in_charge(slurmctld_timeout: int) -> str:
+    """A shell function, `in_charge`: true in the pod whose slurmctld clients, `scontrol reconfigure` among them, now
+    reach. ``alone_since`` is when this backup was first seen up with every controller before it down."""
+    return (
+        "in_charge() { "
+        'first=$(scontrol ping | grep -m1 " is UP"); '
+        'case "$first" in '
+        '*"(primary) at $(uname -n) is UP") return 0;; '
+        '*" at $(uname -n) is UP") ;; '
+        '*) alone_since=""; return 1;; '
+        "esac; "
+        't=$(date +%s); alone_since=${alone_since:-$t}; '
+        f'[ $((t - alone_since)) -gt {slurmctld_timeout} ]; '
+        "}; "
+    )
+
+
+def reconfigure_loop(slurmctld_timeout: int) -> str:
     """The reconfigure sidecar's shell loop."""
     return (
-        'seen=""; '
+        in_charge(slurmctld_timeout)
+        + 'seen=""; alone_since=""; '
         "while :; do "
+        "if in_charge; then "
         f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
         f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
         f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
         f"sh {PROGRAM_DIR}/{RESUME_REGISTERED}; "
-        f"sleep {RECONFIGURE_INTERVAL}; "
         f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
-        '[ "$now" = "$seen" ] && continue; '
-        f"{IN_CHARGE} || continue; "
+        'if [ "$now" != "$seen" ]; then '
         'echo "slurmctld started or the slurm files changed: scontrol reconfigure"; '
         'scontrol reconfigure && seen="$now"; '
+        "fi; "
+        "fi; "
+        f"sleep {RECONFIGURE_INTERVAL}; "
         "done"
     )
 
@@ -372,7 +395,7 @@ class SlurmController(pulumi.ComponentResource):
                 slurm_client(
                     "reconfigure",
                     config.images.slurmctld,
-                    ["sh", "-c", reconfigure_loop()],
+                    ["sh", "-c", reconfigure_loop(config.slurm.controller.slurmctld_timeout)],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                     extra_mounts=(

@@ -270,9 +270,8 @@ class Login(pulumi.ComponentResource):
 
 
 def login_image(config: StackConfig) -> str:
-    """srun and sbatch load plugstack.conf, which requires Pyxis once any pool runs containers; a client
-    without the plugin stops ("Failed to initialize plugin stack"): then the login image carries it."""
-    return config.images.login_pyxis if config.runs_containers else config.images.login
+    """srun and sbatch load plugstack.conf: with containers, the login image that carries Pyxis."""
+    return getattr(config.images, config.slurm_image_field("login"))
 
 
 def _config_map_items(name: str, config_map: str, items: dict[str, str]) -> k8s.core.v1.VolumeArgs:

@@ -444,11 +444,10 @@ SLURM_IMAGES = ("slurmctld", "slurmd", "slurmd_pyxis", "slurmdbd", "slurmrestd",
 def _slurm_images_deployed(config: StackConfig) -> Iterator[str]:
     """The fields of the Slurm images this stack runs."""
     slurm = config.slurm
-    yield from ("slurmctld", "slurmd")
-    deployed = {"slurmd_pyxis": config.runs_containers, "slurmdbd": slurm.accounting.enabled,
-                "slurmrestd": config.submission.enabled, "login": slurm.login.enabled and not config.runs_containers,
-                "login_pyxis": slurm.login.enabled and config.runs_containers}  # fmt: skip
-    yield from (field for field, runs in deployed.items() if runs)
+    deployed = {"slurmdbd": slurm.accounting.enabled, "slurmrestd": config.submission.enabled, "login": slurm.login.enabled}
+    roles = ("slurmctld", "slurmd", *(role for role, runs in deployed.items() if runs))
+    # slurmd's own image also runs munged beside every Slurm pod, with containers too
+    yield from dict.fromkeys(("slurmctld", "slurmd", *(config.slurm_image_field(role) for role in roles)))
 
 
 def slurm_images_run_the_release(config: StackConfig) -> Iterator[Problem]:

@@ -1122,6 +1122,10 @@ class Network(Model):
 # ----------------------------------------------------------------------------- stack
 
 
+PYXIS_VARIANTS = {"slurmd": "slurmd_pyxis", "login": "login_pyxis"}
+"""The ``images`` fields of the roles that load plugstack.conf, each with its field that carries Pyxis."""
+
+
 class StackConfig(Model):
     """One stack's whole configuration (the ``dualsched:`` keys)."""
 
@@ -1212,6 +1216,14 @@ class StackConfig(Model):
     def runs_containers(self) -> bool:
         """Whether some pool runs Slurm job steps in containers (and so every slurmd loads Pyxis)."""
         return any(pool.containers for pool in self.slurm_pools)
+
+    def slurm_image_field(self, role: str) -> str:
+        """The field of ``images`` that ``role`` (a Slurm daemon or client) runs: once any pool runs containers,
+        every slurmd and Slurm client loads the plugstack.conf slurmctld serves, which requires Pyxis, and one
+        without the plugin stops ("Failed to initialize plugin stack"), so the roles that load it run the image
+        that carries it."""
+        variant = PYXIS_VARIANTS.get(role)
+        return variant if variant and self.runs_containers else role
 
     @property
     def inference_pools(self) -> tuple[NodePool, ...]:

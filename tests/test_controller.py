@@ -217,7 +217,7 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics, *watch]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
-    loop = reconfigure_loop()
+    loop = reconfigure_loop(rendered.config.slurm.controller.slurmctld_timeout)
     assert reconfigure["command"] == ["sh", "-c", loop]
     assert "scontrol reconfigure" in loop and f"{CONFIG_DIR}/*.conf" in loop
     assert reconfigure["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
@@ -242,8 +242,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     programs_data = {name: text for name, text in programs.manifest["data"].items() if name != CORDON_WATCH_NODES}
     assert programs_data == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
-    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop()
-    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop()
+    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop(120)
+    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop(120)
     assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 
@@ -260,7 +260,7 @@ PING = "Slurmctld(primary) at slurmctld-0 is {primary}\nSlurmctld(backup) at slu
 """`scontrol ping` with two controllers (the format of scontrol.c, 22.05 to 26.05)."""
 
 
-def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", primary: str = "UP"):
+def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", primary: str = "UP", slurmctld_timeout: int = 120):
     """The reconfigure loop under sh in the pod ``host``, against a temp config dir, with a fake scontrol (whose
     `ping` finds the primary ``primary``), a fake window reservations program and a short sleep."""
     conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
@@ -273,8 +273,8 @@ def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", pri
     scontrol.write_text(f'#!/bin/sh\n[ "$1" = ping ] && {{ printf "{ping}\\n"; exit 0; }}\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
     (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
-    script = reconfigure_loop().replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
-    assert script.count("$(uname -n)") == 1
+    script = reconfigure_loop(slurmctld_timeout).replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    assert script.count("$(uname -n)") == 2
     script = script.replace("$(uname -n)", host)
     sleep = f"sleep {RECONFIGURE_INTERVAL};"
     assert script.count(sleep) == 1
@@ -331,15 +331,20 @@ def test_reconfigure_loop_reconfigures_once_slurmctld_answers_after_the_pod_star
 
 def test_only_the_controller_in_charge_reconfigures_and_a_backup_once_it_takes_over(tmp_path):
     """Both pods' sidecars see the same files; two reconfigures at once stalled 24.11's primary while the first
-    restarted it in place (the multi-node tier). The backup's sidecar asks nothing while the primary is up."""
+    restarted it in place (the multi-node tier). The backup's sidecar does nothing while the primary is up, nor while
+    it has been down for less than SlurmctldTimeout (a primary restarting itself in place), only once it takes over."""
     backup, _, backup_log = _run_loop(tmp_path / "backup", "exit 0", host="slurmctld-1")
-    took_over, _, took_over_log = _run_loop(tmp_path / "took-over", "exit 0", host="slurmctld-1", primary="DOWN")
+    restarting, _, restarting_log = _run_loop(tmp_path / "restarting", "exit 0", host="slurmctld-1", primary="DOWN")
+    took_over, _, took_over_log = _run_loop(tmp_path / "took-over", "exit 0", host="slurmctld-1", primary="DOWN", slurmctld_timeout=1)
     try:
-        assert _wait_for(lambda: _reconfigures(took_over_log) == ["reconfigure"])
+        assert _wait_for(lambda: _reconfigures(took_over_log) == ["reconfigure"])  # after more than 1 s
         time.sleep(0.6)
-        assert _reconfigures(took_over_log) == ["reconfigure"] and _reconfigures(backup_log) == []
+        assert _reconfigures(took_over_log) == ["reconfigure"]
+        assert _reconfigures(backup_log) == [] and _reconfigures(restarting_log) == []
+        # nor does it run the round's programs: a window reservation or a QOS made by both at once fails one
+        assert _windows(took_over_log) and _windows(backup_log) == [] and _windows(restarting_log) == []
     finally:
-        for process in (backup, took_over):
+        for process in (backup, restarting, took_over):
             process.kill()
             process.wait()
 
