@@ -39,7 +39,8 @@ from dualsched.config.models import StackConfig
 _REF = "$flat-ref"
 _K8S_MODULES = {"core": k8s.core.v1, "apps": k8s.apps.v1, "networking": k8s.networking.v1, "rbac": k8s.rbac.v1,
                 "policy": k8s.policy.v1, "autoscaling": k8s.autoscaling.v2, "batch": k8s.batch.v1,
-                "storage": k8s.storage.v1, "scheduling": k8s.scheduling.v1, "admissionregistration": k8s.admissionregistration.v1}
+                "storage": k8s.storage.v1, "scheduling": k8s.scheduling.v1, "admissionregistration": k8s.admissionregistration.v1,
+                "coordination": k8s.coordination.v1}
 
 
 def _snake(name: str) -> str:

@@ -200,6 +200,25 @@ def deployment_with_service(
     return pulumi.Output.concat("http://", service.metadata.name, ".", service.metadata.namespace, f".svc.cluster.local:{port}")
 
 
+def bind_role(
+    parent: pulumi.Resource,
+    name: str,
+    account: k8s.core.v1.ServiceAccount,
+    namespace: pulumi.Input[str],
+    role_labels: Mapping[str, str],
+    *rules: k8s.rbac.v1.PolicyRuleArgs,
+) -> k8s.rbac.v1.RoleBinding:
+    """One Role with ``rules`` in ``namespace``, bound to one ServiceAccount of it."""
+    role = k8s.rbac.v1.Role(name, metadata=meta(namespace=namespace, labels=role_labels), rules=list(rules), opts=child(parent))
+    return k8s.rbac.v1.RoleBinding(
+        name,
+        metadata=meta(namespace=namespace, labels=role_labels),
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata.name),
+        subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
+        opts=child(parent),
+    )
+
+
 def bind_cluster_role(
     parent: pulumi.Resource,
     name: str,

@@ -26,11 +26,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import (
-    bind_cluster_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
+    bind_cluster_role, bind_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
 )
 from dualsched.components.nodepools import keeper_namespace, pool_labels
 from dualsched.components.programs import source
-from dualsched.components.programs.node_keeper import KEPT_BY_LABEL, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
+from dualsched.components.programs.node_keeper import KEPT_BY_LABEL, LEASE, LEASE_SECONDS, OWNED_ANNOTATION, OWNED_LABELS_ANNOTATION
 from dualsched.config.models import NOBODY_UID, NodePool, StackConfig, Taint
 
 KEEPER = "node-keeper"
@@ -131,7 +131,8 @@ class NodeKeeper(pulumi.ComponentResource):
         keeper_labels = labels(KEEPER, config.slurm.cluster_name if config.slurm else name)
         account = k8s.core.v1.ServiceAccount(name, metadata=meta(namespace=namespace, labels=keeper_labels), opts=child(self))
         nodes = sorted({node for pool in config.pools for node in pool.node_names})
-        allowed = self._allow_node_patches(name, account, namespace, keeper_labels, nodes)
+        allowed = [self._allow_node_patches(name, account, namespace, keeper_labels, nodes),
+                   *self._lease(name, account, namespace, keeper_labels)]
         # Program and desired state in one auto-named ConfigMap: a change replaces it under a new name,
         # which rolls the pod, and the new pod is ready once the nodes carry the new labels and taints.
         files = k8s.core.v1.ConfigMap(
@@ -158,7 +159,7 @@ class NodeKeeper(pulumi.ComponentResource):
                 ),
             ),
             # its first pass needs its rights: started before its ClusterRole, it logged 403s for a pass
-            opts=child(self, depends_on=[allowed]),
+            opts=child(self, depends_on=allowed),
         )
         self.config_map_name = files.metadata.name
         self.register_outputs({"config_map_name": self.config_map_name})
@@ -167,11 +168,25 @@ class NodeKeeper(pulumi.ComponentResource):
         self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]
     ) -> k8s.rbac.v1.ClusterRoleBinding:
         # Nodes are cluster-scoped: a ClusterRole. Its patches on nodes outside the pools are bounded by the
-        # policy, which is in force before the role exists.
+        # policy, which is in force before the role exists. Every keeper reads the others' Leases, in namespaces
+        # it cannot know in advance: whether the keeper of a node its pools name is still there.
         policy = self._release_only_outside_the_pools(name, account, namespace, keeper_labels)
         every_node = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "patch"])
         pool_nodes = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=[KEEP_VERB])
-        return bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, after=[policy])
+        leases = k8s.rbac.v1.PolicyRuleArgs(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[LEASE], verbs=["get"])
+        return bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, leases, after=[policy])
+
+    def _lease(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels) -> tuple[pulumi.Resource, ...]:
+        """The keeper's Lease, which it renews each pass, and its right to renew that one alone. It goes with the
+        namespace: a destroyed stack's nodes may be taken by another at once."""
+        lease = k8s.coordination.v1.Lease(
+            name,
+            metadata=meta(name=LEASE, namespace=namespace, labels=keeper_labels),
+            spec=k8s.coordination.v1.LeaseSpecArgs(holder_identity=namespace, lease_duration_seconds=LEASE_SECONDS),
+            opts=child(self),
+        )
+        renew = k8s.rbac.v1.PolicyRuleArgs(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[LEASE], verbs=["patch"])
+        return lease, bind_role(self, f"{name}-lease", account, namespace, keeper_labels, renew)
 
     def _release_only_outside_the_pools(
         self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels

@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import (
-    child, config_map_volume, control_daemon_placement, empty_dir, labels, locked_down, meta, mount,
+    bind_role, child, config_map_volume, control_daemon_placement, empty_dir, labels, locked_down, meta, mount,
 )
 from dualsched.components.controller import slurm_client
 from dualsched.components.identity import identity_volume
@@ -93,14 +93,7 @@ class SlurmdRolloutController(pulumi.ComponentResource):
         config, namespace = args.config, args.namespace
         rollout_labels = labels(ROLLOUT, config.slurm.cluster_name)
         account = k8s.core.v1.ServiceAccount(name, metadata=meta(namespace=namespace, labels=rollout_labels), opts=child(self))
-        role = k8s.rbac.v1.Role(name, metadata=meta(namespace=namespace, labels=rollout_labels), rules=rollout_rules(), opts=child(self))
-        k8s.rbac.v1.RoleBinding(
-            name,
-            metadata=meta(namespace=namespace, labels=rollout_labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata.name),
-            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
-            opts=child(self),
-        )
+        bind_role(self, name, account, namespace, rollout_labels, *rollout_rules())
         # Auto-named: a new program or setting is a new ConfigMap name, which rolls the pod.
         files = k8s.core.v1.ConfigMap(
             name,

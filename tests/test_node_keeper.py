@@ -19,6 +19,8 @@ from dualsched.components.programs import source
 from dualsched.components.programs.node_keeper import (
     FIELD_MANAGER,
     KEPT_BY_LABEL,
+    LEASE,
+    LEASE_SECONDS,
     OWNED_ANNOTATION,
     OWNED_LABELS_ANNOTATION,
     ApiServer,
@@ -28,6 +30,7 @@ from dualsched.components.programs.node_keeper import (
     merge,
     owned,
     patch_for,
+    renewal,
     serve_health,
     wanted_by_node,
     window_open,
@@ -207,11 +210,19 @@ def test_a_label_dropped_from_the_config_is_removed_with_its_record():
 
 
 class FakeApi:
-    """Nodes by name; a node may answer 409 a number of times, as when someone writes it meanwhile."""
+    """Nodes by name; a node may answer 409 a number of times, as when someone writes it meanwhile. Keepers' Leases
+    by namespace."""
 
-    def __init__(self, nodes: dict[str, dict], conflicts: int = 0, refuse: str = ""):
+    def __init__(self, nodes: dict[str, dict], conflicts: int = 0, refuse: str = "", leases: Optional[dict[str, dict]] = None):
         self.nodes, self.conflicts, self.refuse = nodes, conflicts, refuse
+        self.leases = dict(leases or {})
         self.patches: list[tuple[str, dict]] = []
+
+    def lease(self, namespace: str) -> Optional[dict]:
+        return json.loads(json.dumps(self.leases[namespace])) if namespace in self.leases else None
+
+    def renew_lease(self, namespace: str, now: datetime) -> None:
+        self.leases[namespace] = {"spec": {"holderIdentity": namespace, "leaseDurationSeconds": LEASE_SECONDS, **renewal(now)["spec"]}}
 
     def node(self, name: str) -> Optional[dict]:
         if name == self.refuse:
@@ -289,6 +300,83 @@ def test_a_node_another_stacks_keeper_keeps_is_never_released():
     keeper, lines = _keeper(api)
     assert keeper.run_pass({"keptBy": KEPT_BY, "pools": []}, NOON)
     assert api.patches == [] and lines == []
+
+
+def test_each_pass_renews_the_keepers_own_lease():
+    api = FakeApi({})
+    keeper, _ = _keeper(api)
+    assert keeper.run_pass({"keptBy": KEPT_BY, "pools": []}, NOON)
+    assert set(api.leases) == {"slurm"} and api.leases["slurm"]["spec"]["renewTime"] == "2025-06-01T12:00:00.000000Z"
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pool_naming_a_node_team_b_keeps() -> tuple[FakeApi, dict]:
+    """gpu-001, kept by the keeper of namespace team-b (its Lease renewed at noon), and this keeper's pool that
+    names it too: two stacks' hostlists overlap."""
+    api = FakeApi({"gpu-001": kept("h100", by="team-b")}, leases={})
+    api.renew_lease("team-b", NOON)
+    pool = {"name": "a100", "nodes": ["gpu-001"], "labels": {"dualsched.io/pool": "a100", KEPT_BY_LABEL: "slurm"}, "taints": [], "window": None}
+    return api, {"keptBy": KEPT_BY, "pools": [pool]}
+
+
+def test_a_node_another_keeper_keeps_while_it_renews_its_lease_is_left_alone_and_the_keeper_is_not_ready():
+    """Two stacks' pools naming one node no longer relabel it in turn (each turn replaced its slurmd pod, killing its
+    jobs): the stack that came second stays unready, so its `pulumi up` fails, and the node stays the first's."""
+    api, desired = _pool_naming_a_node_team_b_keeps()
+    clock = Clock()
+    lines: list[str] = []
+    keeper = Keeper(api, lines.append, clock)
+    for minute in range(1, 30):
+        clock.now += 60
+        api.renew_lease("team-b", NOON + timedelta(minutes=minute))  # the other keeper renews
+        assert not keeper.run_pass(desired, NOON)
+    assert [name for name, _ in api.patches] == [] and api.nodes["gpu-001"]["metadata"]["labels"][KEPT_BY_LABEL] == "team-b"
+    assert lines == ["gpu-001: kept by the node keeper of namespace team-b, whose Lease is renewed: left alone "
+                     "(two stacks' pools name it; take it out of one, or destroy that stack)"]  # once
+
+
+def test_a_node_whose_keeper_stopped_renewing_is_taken_over_once_its_lease_expires_on_this_keepers_clock():
+    api, desired = _pool_naming_a_node_team_b_keeps()
+    clock = Clock()
+    lines: list[str] = []
+    keeper = Keeper(api, lines.append, clock)
+    assert not keeper.run_pass(desired, NOON)  # first seen now: its renewTime is not compared with this clock
+    clock.now = LEASE_SECONDS - 1
+    assert not keeper.run_pass(desired, NOON) and api.patches == []
+    clock.now = LEASE_SECONDS + 1
+    assert keeper.run_pass(desired, NOON)
+    labels = api.nodes["gpu-001"]["metadata"]["labels"]
+    assert labels[KEPT_BY_LABEL] == "slurm" and labels["dualsched.io/pool"] == "a100"
+    assert lines[1] == f"gpu-001: taken over from the node keeper of namespace team-b, which has not renewed its Lease for {LEASE_SECONDS}s or has none"
+
+
+def test_a_node_whose_keeper_has_no_lease_is_taken_over_at_once():
+    """Its stack was destroyed (the Lease went with its namespace) without releasing the node."""
+    api, desired = _pool_naming_a_node_team_b_keeps()
+    del api.leases["team-b"]
+    keeper, _ = _keeper(api)
+    assert keeper.run_pass(desired, NOON) and api.nodes["gpu-001"]["metadata"]["labels"][KEPT_BY_LABEL] == "slurm"
+
+
+def test_a_refused_lease_renewal_is_logged_and_leaves_the_pass_incomplete():
+    class NoLease(FakeApi):
+        def renew_lease(self, namespace, now):
+            raise urllib.error.HTTPError(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}", 404, "Not Found", None, None)
+
+    api = NoLease({"gpu-001": node([])})
+    keeper, lines = _keeper(api)
+    desired = {"keptBy": KEPT_BY, "pools": [{"name": "p", "nodes": ["gpu-001"], "labels": {}, "taints": [SLURM], "window": None}]}
+    assert not keeper.run_pass(desired, NOON)
+    assert lines[0] == "its Lease: the API server refused: 404 Not Found" and api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
 
 
 def test_a_refused_list_of_kept_nodes_still_keeps_the_pool_nodes_and_the_pass_is_incomplete():
@@ -412,6 +500,16 @@ def test_the_kept_nodes_are_listed_by_their_label(api):
     assert (method, path, headers["Authorization"]) == ("GET", "/api/v1/nodes?labelSelector=dualsched.io%2Fkept-by%3Dslurm", "Bearer keeper-token")
 
 
+def test_the_keeper_renews_its_own_lease_and_reads_anothers(api):
+    FakeApiServer.answers = {f"GET /apis/coordination.k8s.io/v1/namespaces/gone/leases/{LEASE}": 404}
+    api.renew_lease("slurm", NOON)
+    assert api.lease("team-b") is not None and api.lease("gone") is None
+    (method, path, headers, body), (get_method, get_path, _, _), _ = FakeApiServer.requests
+    assert (method, path) == ("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/slurm/leases/{LEASE}?fieldManager={FIELD_MANAGER}")
+    assert headers["Content-Type"] == "application/merge-patch+json" and body == renewal(NOON)
+    assert (get_method, get_path) == ("GET", f"/apis/coordination.k8s.io/v1/namespaces/team-b/leases/{LEASE}")
+
+
 def test_a_missing_node_is_none_a_conflict_is_false_and_other_refusals_raise(api):
     FakeApiServer.answers = {"GET /api/v1/nodes/gone": 404, "PATCH /api/v1/nodes/busy": 409, "GET /api/v1/nodes/secret": 403}
     assert api.node("gone") is None
@@ -484,18 +582,34 @@ def test_a_time_shared_pool_gets_its_window_and_the_window_taint_while_closed():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_the_keeper_patches_any_node_but_keeps_only_the_pool_nodes_by_name(stack):
+def test_the_keeper_patches_any_node_but_keeps_only_the_pool_nodes_by_name_and_reads_other_keepers_leases(stack):
     rendered = render_stack(stack)
     [role] = [r for r in rendered.by_kind("ClusterRole") if r.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
     nodes = sorted(name for pool in rendered.config.pools for name in pool.node_names)
     assert role.manifest["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "resourceNames": nodes, "verbs": [KEEP_VERB]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE], "verbs": ["get"]},
     ]
     [binding] = [b for b in rendered.by_kind("ClusterRoleBinding") if b.manifest["roleRef"]["name"] == role.name]
     [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "node-keeper" in a.name]
     assert binding.manifest["subjects"] == [{"kind": "ServiceAccount", "name": account.name, "namespace": "slurm"}]
     assert pod_spec(_keeper_objects(rendered)[1])["serviceAccountName"] == account.name
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_keeper_renews_its_own_lease_in_its_namespace_and_no_other(stack):
+    rendered = render_stack(stack)
+    [lease] = rendered.by_kind("Lease")
+    assert lease.manifest["metadata"]["name"] == LEASE and lease.manifest["metadata"]["namespace"] == "slurm"
+    assert lease.manifest["spec"] == {"holderIdentity": "slurm", "leaseDurationSeconds": LEASE_SECONDS}
+    [role] = [r for r in rendered.in_namespace("slurm", "Role") if r.manifest["metadata"]["labels"]["app.kubernetes.io/name"] == "node-keeper"]
+    assert role.manifest["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE], "verbs": ["patch"]}]
+    [binding] = [b for b in rendered.in_namespace("slurm", "RoleBinding") if b.manifest["roleRef"]["name"] == role.name]
+    [account] = [a for a in rendered.in_namespace("slurm", "ServiceAccount") if "node-keeper" in a.name]
+    assert binding.manifest["subjects"] == [{"kind": "ServiceAccount", "name": account.name, "namespace": "slurm"}]
+    keeper = rendered.registration(_keeper_objects(rendered)[1])
+    assert {rendered.registration(lease).urn, rendered.registration(binding).urn} <= set(keeper.dependencies)  # renewed from its first pass
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

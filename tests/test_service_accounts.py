@@ -36,10 +36,12 @@ ALLOWED = {
         "TokenReviews are cluster-scoped, so a ClusterRole",
     ),
     "node-keeper": Allowed(
-        frozenset({"/nodes:get", "/nodes:list", "/nodes:patch", "/nodes:keep"}),
+        frozenset({"/nodes:get", "/nodes:list", "/nodes:patch", "/nodes:keep",
+                   "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:patch"}),
         "keeps the pools' labels and taints on their nodes, changing only those it set; the ClusterRole names the "
         "pool nodes for the verb keep, and on any other node its admission policy lets it only remove what it "
-        "recorded there (tests/test_node_keeper.py, tests/e2e/test_engine.py)",
+        "recorded there (tests/test_node_keeper.py, tests/e2e/test_engine.py); it renews its own Lease (a Role, by "
+        "name) and reads other keepers' Leases of that name, to leave a node another stack keeps to that stack",
     ),
 }
 

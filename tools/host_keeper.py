@@ -44,6 +44,8 @@ class HostKeeper(threading.Thread):
         self.ca_file = str(cluster_dir / "pki" / "ca.crt")
         self.tokens = Path(tempfile.mkdtemp(prefix="host-keeper-"))
         self.log, self.stopped = log, threading.Event()
+        self.keepers: dict[str, Keeper] = {}
+        """By namespace, as its pod's would: each remembers the other keepers' Leases as it last saw them change."""
 
     def run(self) -> None:
         while not self.stopped.wait(PERIOD):
@@ -68,7 +70,7 @@ class HostKeeper(threading.Thread):
                 continue  # being replaced or deleted: the next pass sees what follows
             token_file = self.tokens / namespace
             token_file.write_text(token.strip())
-            keeper = Keeper(ApiServer(self.url, str(token_file), self.ca_file), self.log)
+            keeper = self.keepers.setdefault(namespace, Keeper(ApiServer(self.url, str(token_file), self.ca_file), self.log))
             keeper.run_pass(json.loads(json.loads(config_map)["data"][STATE_FILE]), datetime.now(timezone.utc))
 
     def stop(self) -> None:

@@ -24,6 +24,14 @@ owns), each pass lists the nodes with it, and a listed node no pool names loses 
 keeper recorded, that label too. Its slurmd pod, with the munge key, goes with the pool label. The keeper
 may patch such a node only to remove what it recorded there (components/node_keeper.py's admission policy).
 
+Two stacks whose pools name the same node (a hostlist typo) would set their labels on it in turn, and its slurmd
+pod, which selects ``KEPT_BY_LABEL``, would be replaced by the other stack's at each turn, killing its jobs. So each
+keeper renews its ``LEASE`` (a coordination.k8s.io Lease in its namespace) every pass, and leaves alone a node that
+another keeper keeps while that keeper's Lease is renewed: it logs the node and stays unready, so the second stack's
+`pulumi up` fails and the first keeps the node. Once the other Lease is gone (its stack destroyed) or has not been
+renewed for its ``leaseDurationSeconds`` (measured on this keeper's own clock from when it last saw the Lease change,
+as client-go's leader election does, so no two clocks are compared), the node is taken over.
+
 Desired state (JSON): ``{"keptBy": "<label selector>", "pools": [{"name", "nodes": [...], "labels": {key: value},
 "taints": [{"key", "value", "effect"}], "window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``.
 A time-shared pool's nodes carry the window taint while its daily window (UTC) is closed.
@@ -57,6 +65,11 @@ OWNED_LABELS_ANNOTATION = "dualsched.io/owned-labels"
 KEPT_BY_LABEL = "dualsched.io/kept-by"
 """On each node of a pool, the namespace of the keeper that keeps it: the nodes to release once no pool names them."""
 FIELD_MANAGER = "dualsched-node-keeper"
+LEASE = "dualsched-node-keeper"
+"""The Lease each keeper renews in its own namespace: while it is renewed, no other keeper takes its nodes."""
+LEASE_SECONDS = 600
+"""How long a keeper may go without renewing before another takes its nodes: longer than its pod takes to be
+replaced (a rollout, or a node lost and its pods evicted after the default 300 s)."""
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PASS_SECONDS = 10
 """One GET per pool node per pass: the rate at which each kubelet renews its node lease."""
@@ -196,6 +209,10 @@ class NodeApi(Protocol):
 
     def patch_node(self, name: str, patch: Mapping) -> bool: ...
 
+    def lease(self, namespace: str) -> Optional[dict]: ...
+
+    def renew_lease(self, namespace: str, now: datetime) -> None: ...
+
 
 class ApiServer:
     """The two calls the keeper makes, with the pod's own ServiceAccount token."""
@@ -240,6 +257,29 @@ class ApiServer:
                 return False
             raise
 
+    def lease(self, namespace: str) -> Optional[dict]:
+        """The keeper's Lease in ``namespace``, or None when there is none."""
+        try:
+            return self._call("GET", _lease_path(namespace))
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def renew_lease(self, namespace: str, now: datetime) -> None:
+        """This keeper's own Lease: held by its namespace, renewed now."""
+        self._call("PATCH", f"{_lease_path(namespace)}?fieldManager={FIELD_MANAGER}", renewal(now))
+
+
+def _lease_path(namespace: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
+
+
+def renewal(now: datetime) -> dict:
+    """The merge patch that renews a keeper's Lease (renewTime is a MicroTime; its holder and duration are the
+    stack's, set as it is created)."""
+    return {"spec": {"renewTime": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
 
 def log_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -250,14 +290,18 @@ REFUSED, NO_ANSWER = object(), object()
 
 
 class Keeper:
-    """One pass over every pool node; remembers which nodes it already reported missing."""
+    """One pass over every pool node; remembers which nodes it already reported missing or left to another keeper,
+    and each other keeper's Lease as it last saw it change."""
 
-    def __init__(self, api: NodeApi, log: Log = log_line):
-        self.api, self.log = api, log
+    def __init__(self, api: NodeApi, log: Log = log_line, clock: Callable[[], float] = time.monotonic):
+        self.api, self.log, self.clock = api, log, clock
         self.missing: set[str] = set()
+        self.left_alone: set[str] = set()
+        self.leases_seen: dict[str, tuple[Optional[str], float]] = {}
+        self.alive: dict[str, bool] = {}
         self.ready = False
 
-    def keep(self, name: str, wanted: Wanted, now: datetime) -> bool:
+    def keep(self, name: str, wanted: Wanted, now: datetime, own: str) -> bool:
         """Bring one node to its wanted labels and taints; True when it is there (or not in the cluster)."""
         node = self.api.node(name)
         if node is None:
@@ -266,6 +310,9 @@ class Keeper:
                 self.missing.add(name)
             return True
         self.missing.discard(name)
+        holder = (node["metadata"].get("labels") or {}).get(KEPT_BY_LABEL)
+        if wanted is not RELEASED and holder not in (None, own) and not self.may_take_from(name, holder):
+            return False
         patch = patch_for(node, wanted, now)
         if patch is None:
             return True
@@ -278,16 +325,50 @@ class Keeper:
             self.log(f"{name}: {change}")
         return True
 
-    def run_pass(self, desired: Mapping, now: datetime) -> bool:
-        """True when every node was as wanted at the end of the pass, the released ones too. A node (or the
-        list of kept nodes) the API server refuses is logged and the pass goes on; when the API server does not
-        answer, the pass stops there."""
-        listed = self.attempt("the list of kept nodes", lambda: self.released(desired))
-        if listed is NO_ANSWER:
+    def may_take_from(self, name: str, holder: str) -> bool:
+        """Whether a node the keeper of namespace ``holder`` keeps may be taken: only once that keeper is gone."""
+        if self.holder_alive(holder):
+            if name not in self.left_alone:
+                self.log(f"{name}: kept by the node keeper of namespace {holder}, whose Lease is renewed: left alone "
+                         f"(two stacks' pools name it; take it out of one, or destroy that stack)")
+                self.left_alone.add(name)
             return False
-        complete = listed is not REFUSED
-        for name, wanted in {**(listed if complete else {}), **wanted_by_node(desired, now)}.items():
-            done = self.attempt(name, lambda: self.keep(name, wanted, now))
+        self.left_alone.discard(name)
+        self.log(f"{name}: taken over from the node keeper of namespace {holder}, which has not renewed its Lease for "
+                 f"{LEASE_SECONDS}s or has none")
+        return True
+
+    def holder_alive(self, holder: str) -> bool:
+        """Whether ``holder``'s keeper renewed its Lease within its duration, on this keeper's clock (asked once a pass)."""
+        if holder not in self.alive:
+            self.alive[holder] = self._renewed_lately(holder, self.api.lease(holder))
+        return self.alive[holder]
+
+    def _renewed_lately(self, holder: str, lease: Optional[dict]) -> bool:
+        if lease is None:
+            self.leases_seen.pop(holder, None)
+            return False
+        spec = lease.get("spec") or {}
+        renewed, at = spec.get("renewTime"), self.clock()
+        seen = self.leases_seen.get(holder)
+        if seen is None or seen[0] != renewed:
+            self.leases_seen[holder] = (renewed, at)
+            return True
+        return at - seen[1] < spec.get("leaseDurationSeconds", LEASE_SECONDS)
+
+    def run_pass(self, desired: Mapping, now: datetime) -> bool:
+        """True when every node was as wanted at the end of the pass, the released ones too. Its own Lease is renewed
+        first. A node (or the list of kept nodes, or the Lease) the API server refuses is logged and the pass goes on;
+        when the API server does not answer, the pass stops there."""
+        own = own_namespace(desired)
+        self.alive = {}
+        renewed = self.attempt("its Lease", lambda: self.api.renew_lease(own, now))
+        listed = self.attempt("the list of kept nodes", lambda: self.released(desired))
+        if NO_ANSWER in (renewed, listed):
+            return False
+        complete = renewed is not REFUSED and listed is not REFUSED
+        for name, wanted in {**(listed if listed is not REFUSED else {}), **wanted_by_node(desired, now)}.items():
+            done = self.attempt(name, lambda: self.keep(name, wanted, now, own))
             if done is NO_ANSWER:
                 return False
             complete = done is True and complete
@@ -307,6 +388,11 @@ class Keeper:
     def released(self, desired: Mapping) -> dict[str, Wanted]:
         """The nodes this keeper kept that no pool names now (RELEASED each): listed by its label."""
         return {name: RELEASED for name in self.api.node_names(desired["keptBy"])}
+
+
+def own_namespace(desired: Mapping) -> str:
+    """The keeper's own namespace: the value of the label that marks its nodes (``keptBy``, ``<label>=<namespace>``)."""
+    return desired["keptBy"].split("=", 1)[1]
 
 
 def serve_health(port: int, keeper: Keeper) -> ThreadingHTTPServer:

@@ -48,14 +48,13 @@ def world(tmp_path_factory) -> World:
             pytest.fail(f"could not add the extra e2e nodes:\n{tail(extra.stdout)}\n{tail(extra.stderr)}")
         TIMINGS.append(("private cluster start (cluster.sh up, 6 nodes)", time.monotonic() - start))
         # writes the pools' labels and taints, as the node keeper's pod would on real nodes (tools/host_keeper.py)
-        lines: list[str] = []
-        keeper = HostKeeper(cluster_dir, env, lines.append)
+        keeper = HostKeeper(cluster_dir, env, w.keeper_log.append)
         keeper.start()
         try:
             yield w
         finally:
             keeper.stop()
-            print("\n[e2e] host keeper:\n" + "\n".join(lines[-40:]), file=sys.stderr)
+            print("\n[e2e] host keeper:\n" + "\n".join(w.keeper_log[-40:]), file=sys.stderr)
     finally:
         if os.environ.get("DUALSCHED_E2E_KEEP") == "1":
             print(f"\n[e2e] kept: KUBECONFIG={cluster_dir / 'kubeconfig'} project={w.project} (tools/cluster.sh down "

@@ -119,6 +119,8 @@ class World:
     cluster_dir: Path
     last_diagnosis: dict[str, float] = field(default_factory=dict, init=False)
     """When each kind of record (Scope.kind, "" for the machine's) was last written."""
+    keeper_log: list[str] = field(default_factory=list, init=False)
+    """What the node keepers run on the host logged (tools/host_keeper.py; conftest.py starts it)."""
 
     # ---------------------------------------------------------------- commands
     def run(self, args: list[str], *, check: bool = True, timeout: int = 300, **kw) -> subprocess.CompletedProcess:

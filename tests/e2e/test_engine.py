@@ -5,7 +5,9 @@ preview + up of dev -> placement, storage, Pod Security, no-op preview, no secre
 -> a new partition (configuration only) -> a variant with a Slurm-dedicated pool on two more GPU
 nodes -> that pool dropped again (its nodes released: the keeper's labels, taints and slurmd gone) -> destroy, refused until the ClusterName lock is unprotected on purpose, then done (what is
 retained stays: the Slurm namespace with the controller state and database claims, the shared PVs,
-the node labels). A second, small stack with ``protect: true`` must refuse to be destroyed. KWOK runs
+the node labels). Before the destroy, a second stack whose pool names a node dev keeps leaves it to dev (dev's keeper
+renews its Lease), and is destroyed. A third, small stack with ``protect: true`` takes dev's nodes (dev's Lease went
+with it) and must refuse to be destroyed. KWOK runs
 no container: the node keeper's program runs on the host instead (tools/host_keeper.py) and writes the pools'
 labels and taints, which slurmd's nodeSelector and the model servers' affinity need. The world (cluster,
 project copy, backend) comes from conftest.py.
@@ -149,10 +151,10 @@ def test_preview_lists_the_expected_creates(dev: Deployed):
     assert {str(getattr(m.op, "value", m.op)) for m in dev.preview_steps.steps} == {"create"}
     resources = [m for m in steps if not m.type.startswith("pulumi:providers:")]  # providers are not counted
     assert dict(dev.preview.change_summary) == {"create": len(resources)}
-    # with the token minter, slurmrestd, the node keeper, the slurmd rollout controller, the login pods, the
-    # pool's TaskProlog and every namespace's NetworkPolicies; no munge key or claim for Jobs; no object per
-    # node: the keeper labels the nodes (bounded by its admission policy and binding)
-    assert sum(1 for obj in render.objects) == 71
+    # with the token minter, slurmrestd, the node keeper (its Lease too), the slurmd rollout controller, the login
+    # pods, the pool's TaskProlog and every namespace's NetworkPolicies; no munge key or claim for Jobs; no object
+    # per node: the keeper labels the nodes (bounded by its admission policy and binding)
+    assert sum(1 for obj in render.objects) == 74
 
 
 def test_up_succeeds(dev: Deployed):
@@ -483,6 +485,73 @@ def test_on_a_node_of_no_pool_the_keepers_token_may_only_release(world: World, r
     assert as_keeper("label", "node", "gpu-001", "dualsched.io/probe-").returncode == 0
 
 
+# ------------------------------------------------------------------ 6. two stacks' pools name one node
+
+
+@dataclass
+class Overlap:
+    """A second stack (inference only, its keeper in namespace team-b) whose pool names gpu-001, which dev keeps, and
+    gpu-003, which nobody keeps: what the nodes carried while it was up, and its destroy."""
+
+    up: Any
+    labels: dict[str, dict[str, str]]
+    slurmd_before: str
+    slurmd_after: str
+    keeper_log: list[str]
+    destroy: Any
+
+
+TEAM_B = "team-b"
+
+
+@pytest.fixture(scope="module")
+def overlap(world: World, released: Deployed) -> Overlap:
+    raw = raw_config("dev")
+    for key in ("slurm", "submission"):
+        del raw[key]
+    raw["inference"]["namespace"] = TEAM_B
+    raw["inference"]["models"][0]["replicas"] = {"min": 1, "max": 1}
+    raw["pools"] = [{"name": "serve", "nodes": "gpu-001,gpu-003", "mode": "kubernetes", "gpusPerNode": 8, "cpus": 32,
+                     "realMemoryMb": 128000, "allocatable": {"cpus": 62, "memoryMb": 250000}}]  # fmt: skip
+    pool_label = released.config.placement.pool_label
+
+    def slurmd_on_gpu_001() -> str:
+        [pod] = [p for p in pods(world, "slurm", "app.kubernetes.io/name=slurmd") if p["spec"].get("nodeName") == "gpu-001"]
+        return pod["metadata"]["uid"]
+
+    before, logged = slurmd_on_gpu_001(), len(world.keeper_log)
+    stack = world.stack(TEAM_B, raw)
+    up = timed("up (a second stack naming a node the first keeps)", stack.up, color="never")
+    deadline = time.monotonic() + 60
+    while nodes(world)["gpu-003"]["metadata"]["labels"].get(pool_label) != "serve" and time.monotonic() < deadline:
+        time.sleep(2)
+    time.sleep(10)  # five more passes of both keepers
+    labels = {name: nodes(world)[name]["metadata"]["labels"] for name in ("gpu-001", "gpu-003")}
+    after, log = slurmd_on_gpu_001(), world.keeper_log[logged:]
+    destroy = timed("destroy (the second stack)", stack.destroy, color="never")
+    return Overlap(up, labels, before, after, log, destroy)
+
+
+def test_a_node_another_stacks_keeper_keeps_stays_that_stacks_and_its_slurmd_runs_on(overlap: Overlap, released: Deployed):
+    """Before, both keepers set their labels on gpu-001 in turn, and each turn replaced its slurmd pod (slurmd selects
+    the keeper's label), killing its jobs. dev's keeper renews its Lease, so team-b's leaves the node alone and says so."""
+    assert overlap.up.summary.result == "succeeded"
+    label = released.config.placement.pool_label
+    assert (overlap.labels["gpu-001"][label], overlap.labels["gpu-001"]["dualsched.io/kept-by"]) == ("gpu", "slurm")
+    assert overlap.slurmd_after == overlap.slurmd_before
+    left_alone = [line for line in overlap.keeper_log if line.startswith("gpu-001: kept by the node keeper of namespace slurm")]
+    assert len(left_alone) == 1, overlap.keeper_log
+    assert not [line for line in overlap.keeper_log if line.startswith("gpu-001: label")], overlap.keeper_log
+    # both keepers renewed their Leases under their own tokens (a Role each), and read the other's (the ClusterRole)
+    assert not [line for line in overlap.keeper_log if line.startswith("its Lease") or "leases" in line], overlap.keeper_log
+
+
+def test_a_node_nobody_keeps_goes_to_the_second_stack_which_is_destroyed_cleanly(overlap: Overlap, released: Deployed):
+    label = released.config.placement.pool_label
+    assert (overlap.labels["gpu-003"][label], overlap.labels["gpu-003"]["dualsched.io/kept-by"]) == ("serve", TEAM_B)
+    assert overlap.destroy.summary.result == "succeeded"
+
+
 # ------------------------------------------------------------------ 7. destroy
 
 
@@ -497,10 +566,12 @@ class Destroyed:
 
 
 @pytest.fixture(scope="module")
-def destroyed(world: World, released: Deployed) -> Destroyed:
+def destroyed(world: World, released: Deployed, overlap: Overlap) -> Destroyed:
     # This stack's shares: a consumer's stack in the same cluster (test_component_package_engine.py)
-    # retains its own, under its own instance name.
-    volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/instance=dualsched-shared")["items"]}
+    # retains its own, under its own instance name, and the second stack (overlap) its own, for its namespace.
+    config = released.config
+    volumes = {pv["metadata"]["name"] for pv in world.kget("pv", "-l", "app.kubernetes.io/instance=dualsched-shared")["items"]
+               if pv["spec"]["claimRef"]["namespace"] in (config.slurm.namespace, config.inference.namespace)}
     state_claims = {c["metadata"]["name"] for c in world.kget("pvc", "-n", "slurm")["items"]
                     if c["metadata"]["labels"]["app.kubernetes.io/name"] in ("slurmctld", "mariadb")}
     # Every stack protects its ClusterName lock: a plain destroy (with --skip-preview, as here) deletes
@@ -549,9 +620,17 @@ def test_protected_stack_refuses_to_destroy(world: World, destroyed):
     raw["inference"] = {"enabled": False}
     raw["submission"] = {"enabled": False}
     world.cluster("pvs")  # Available class-less PVs for the new state claim
+    logged = len(world.keeper_log)
     stack = world.stack("protected", raw)
     up = timed("up (protected stack)", stack.up, color="never")
     assert up.summary.result == "succeeded"
+    # dev's nodes still carry its labels (a destroy leaves them), but its keeper's Lease went with the stack:
+    # this stack's keeper takes them at once
+    deadline = time.monotonic() + 60
+    while nodes(world)["gpu-001"]["metadata"]["labels"].get("dualsched.io/kept-by") != "slurm-protected" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert nodes(world)["gpu-001"]["metadata"]["labels"]["dualsched.io/kept-by"] == "slurm-protected"
+    assert any(line.startswith("gpu-001: taken over from the node keeper of namespace slurm,") for line in world.keeper_log[logged:])
     with pytest.raises(auto.CommandError) as error:
         timed("destroy (protected stack, refused)", stack.destroy, color="never")
     assert "protected" in str(error.value), str(error.value)[-3000:]
