@@ -207,35 +207,22 @@ def bind_role(
     namespace: pulumi.Input[str],
     role_labels: Mapping[str, str],
     *rules: k8s.rbac.v1.PolicyRuleArgs,
-) -> k8s.rbac.v1.RoleBinding:
-    """One Role with ``rules`` in ``namespace``, bound to one ServiceAccount of it."""
-    role = k8s.rbac.v1.Role(name, metadata=meta(namespace=namespace, labels=role_labels), rules=list(rules), opts=child(parent))
-    return k8s.rbac.v1.RoleBinding(
-        name,
-        metadata=meta(namespace=namespace, labels=role_labels),
-        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata.name),
-        subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
-        opts=child(parent),
-    )
-
-
-def bind_cluster_role(
-    parent: pulumi.Resource,
-    name: str,
-    account: k8s.core.v1.ServiceAccount,
-    namespace: pulumi.Input[str],
-    role_labels: Mapping[str, str],
-    *rules: k8s.rbac.v1.PolicyRuleArgs,
+    cluster_wide: bool = False,
     after: Sequence[pulumi.Resource] = (),
-) -> k8s.rbac.v1.ClusterRoleBinding:
-    """One ClusterRole with ``rules``, bound to one ServiceAccount: for rights on cluster-scoped objects. The role
-    is created ``after`` what must be in place before anyone holds its rights; a pod that needs them from its
-    start waits for the binding returned."""
-    role = k8s.rbac.v1.ClusterRole(name, metadata=meta(labels=role_labels), rules=list(rules), opts=child(parent, depends_on=list(after)))
-    return k8s.rbac.v1.ClusterRoleBinding(
+) -> pulumi.CustomResource:
+    """One Role with ``rules`` in ``namespace`` (or, ``cluster_wide``, a ClusterRole: for rights on cluster-scoped
+    objects or in every namespace), bound to one ServiceAccount of ``namespace``. The role is created ``after`` what
+    must be in place before anyone holds its rights; a pod that needs them from its start waits for the binding
+    returned."""
+    rbac = k8s.rbac.v1
+    role_type, binding_type, kind = (rbac.ClusterRole, rbac.ClusterRoleBinding, "ClusterRole") if cluster_wide else (rbac.Role, rbac.RoleBinding, "Role")
+    role_namespace = None if cluster_wide else namespace
+    role = role_type(name, metadata=meta(namespace=role_namespace, labels=role_labels), rules=list(rules),
+                     opts=child(parent, depends_on=list(after)))  # fmt: skip
+    return binding_type(
         name,
-        metadata=meta(labels=role_labels),
-        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role.metadata.name),
-        subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
+        metadata=meta(namespace=role_namespace, labels=role_labels),
+        role_ref=rbac.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind=kind, name=role.metadata.name),
+        subjects=[rbac.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=namespace)],
         opts=child(parent),
     )

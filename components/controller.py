@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import (
-    bind_cluster_role,
+    bind_role,
     child,
     claim_volume,
     config_map_volume,
@@ -349,7 +349,7 @@ class SlurmController(pulumi.ComponentResource):
         """A ServiceAccount that may get the Slurm pool nodes, by name (Nodes are cluster-scoped: a ClusterRole)."""
         account = k8s.core.v1.ServiceAccount(f"{name}-node-reader", metadata=meta(namespace=namespace, labels=pod_labels), opts=child(self))
         rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=slurm_nodes(config), verbs=["get"])
-        bind_cluster_role(self, f"{name}-node-reader", account, namespace, pod_labels, rule)
+        bind_role(self, f"{name}-node-reader", account, namespace, pod_labels, rule, cluster_wide=True)
         return account.metadata.name
 
     @staticmethod

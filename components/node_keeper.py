@@ -26,7 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from dualsched.components.common import (
-    bind_cluster_role, bind_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
+    bind_role, child, config_map_volume, labels, locked_down, meta, mount, off_gpu_pools, pod_runs_as_nobody, tolerations_for,
 )
 from dualsched.components.nodepools import keeper_namespace, pool_labels
 from dualsched.components.programs import source
@@ -166,7 +166,7 @@ class NodeKeeper(pulumi.ComponentResource):
 
     def _allow_node_patches(
         self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels, nodes: list[str]
-    ) -> k8s.rbac.v1.ClusterRoleBinding:
+    ) -> pulumi.CustomResource:
         # Nodes are cluster-scoped: a ClusterRole. Its patches on nodes outside the pools are bounded by the
         # policy, which is in force before the role exists. Every keeper reads the others' Leases, in namespaces
         # it cannot know in advance: whether the keeper of a node its pools name is still there.
@@ -174,7 +174,7 @@ class NodeKeeper(pulumi.ComponentResource):
         every_node = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["get", "list", "patch"])
         pool_nodes = k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], resource_names=nodes, verbs=[KEEP_VERB])
         leases = k8s.rbac.v1.PolicyRuleArgs(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[LEASE], verbs=["get"])
-        return bind_cluster_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, leases, after=[policy])
+        return bind_role(self, name, account, namespace, keeper_labels, every_node, pool_nodes, leases, cluster_wide=True, after=[policy])
 
     def _lease(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, keeper_labels) -> tuple[pulumi.Resource, ...]:
         """The keeper's Lease, which it renews each pass, and its right to renew that one alone. It goes with the

@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from dualsched.components.common import (
-    bind_cluster_role, child, config_map_volume, control_daemon_placement, deployment_with_service, labels, locked_down, meta, mount,
+    bind_role, child, config_map_volume, control_daemon_placement, deployment_with_service, labels, locked_down, meta, mount,
     pod_runs_as_nobody,
 )
 from dualsched.components.programs import source
@@ -116,7 +116,7 @@ class TokenMinter(pulumi.ComponentResource):
     def _allow_token_reviews(self, name: str, account: k8s.core.v1.ServiceAccount, namespace, minter_labels) -> None:
         # TokenReviews are cluster-scoped: a ClusterRole, with this one verb on this one resource.
         rule = k8s.rbac.v1.PolicyRuleArgs(api_groups=["authentication.k8s.io"], resources=["tokenreviews"], verbs=["create"])
-        bind_cluster_role(self, name, account, namespace, minter_labels, rule)
+        bind_role(self, name, account, namespace, minter_labels, rule, cluster_wide=True)
 
     @staticmethod
     def _pod_spec(config: StackConfig, account: pulumi.Input[str], programs: pulumi.Input[str], key_secret: pulumi.Input[str]):
