@@ -32,7 +32,9 @@ from dualsched.components.programs import source
 from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
 from dualsched.components.namespace import SLURMCTLD_PORT
 from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
-from dualsched.components.slurm_files import ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, WINDOW_RESERVATIONS_FILE, Site
+from dualsched.components.slurm_files import (
+    ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, NODES_BY_RECONFIGURE_SINCE, WINDOW_RESERVATIONS_FILE, Site,
+)
 from dualsched.components.submission import PROGRAM_DIR
 from dualsched.config.models import StackConfig
 
@@ -60,13 +62,16 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # and cordoned Kubernetes nodes are drained in Slurm (cordon_drain.sh; nothing without the watcher's list),
 # and nodes Slurm drained for registering short of a slurm.conf line they now match are resumed
 # (resume_registered.sh: a pool change's new slurmd pod can register before slurmctld reads the new files).
-# The first reconfigure comes once slurmctld answers after the pod starts, on every release: a slurmctld started anew
-# pushes no files to the configless slurmd, whose cached slurm.conf would then lack a node added by the change that
-# restarted it, and steps fanned out through them, and clients that read it, could not reach it. Before Slurm 23.11
-# every node change is such a restart (components/slurm_files.py, restart_keys); from 23.11 a node change alone is a
-# reconfigure, which pushes the files, but one change that also alters a restart key restarts slurmctld all the same.
-# (From 23.11 that first reconfigure starts the new slurmctld anew in place once more. The 24.11 crash loops once
-# blamed on it were the multi-node test nodes losing their kubelet directories: docs/multi-node.md.)
+# Before Slurm 23.11 (a node change restarts slurmctld there: components/slurm_files.py, restart_keys) the first
+# reconfigure comes once slurmctld answers after the pod starts: a slurmctld started anew pushes no files to the
+# configless slurmd, whose cached slurm.conf would then lack a node added by that restart, and steps fanned out
+# through them, and clients that read it, could not reach it. 22.05 reconfigures in place. From 23.11 a node change
+# alone is a reconfigure, which pushes the files, and a reconfigure starts slurmctld anew in place: one sent as
+# slurmctld starts, while the slurmd register, left a node registered by its name rather than its address in 2 of 3
+# full multi-node runs on 24.11 (its NodeAddr its name, which nothing resolves: slurmctld could not reach it, and a
+# later slurm.conf change never got there), and once crash-looped both controllers. So from 23.11 the loop starts
+# from the files as they are. What that leaves: one change that alters both a restart key and node lines restarts
+# slurmctld, and the slurmd caches lack the new nodes until the next reconfigure (docs/architecture.md).
 # Only the sidecar beside the controller in charge runs a round; the other pod's would ask the same slurmctld (and
 # slurmdbd) the same again, a reservation or QOS made twice at once failing one of them.
 # Two at once, as both pods start, stalled 24.11's primary while the first restarted it in place, and the two
@@ -95,11 +100,13 @@ def in_charge(slurmctld_timeout: int) -> str:
     )
 
 
-def reconfigure_loop(slurmctld_timeout: int) -> str:
-    """The reconfigure sidecar's shell loop."""
+def reconfigure_loop(slurmctld_timeout: int, release: tuple[int, int]) -> str:
+    """The reconfigure sidecar's shell loop for a Slurm release."""
+    first = 'seen=""; ' if release < NODES_BY_RECONFIGURE_SINCE else f"seen=$(cat {CONFIG_DIR}/*.conf | cksum); "
     return (
         in_charge(slurmctld_timeout)
-        + 'seen=""; alone_since=""; '
+        + first
+        + 'alone_since=""; '
         "while :; do "
         "if in_charge; then "
         f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
@@ -395,7 +402,7 @@ class SlurmController(pulumi.ComponentResource):
                 slurm_client(
                     "reconfigure",
                     config.images.slurmctld,
-                    ["sh", "-c", reconfigure_loop(config.slurm.controller.slurmctld_timeout)],
+                    ["sh", "-c", reconfigure_loop(config.slurm.controller.slurmctld_timeout, config.slurm.release_version)],
                     # alive while it can read what it watches
                     probe=exec_probe(["test", "-r", SLURM_CONF], period=30),
                     extra_mounts=(

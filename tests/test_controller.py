@@ -217,7 +217,7 @@ def test_reconfigure_sidecar_watches_the_config_and_talks_to_slurmctld(stack):
     assert [c["name"] for c in pod_spec(statefulset)["containers"]] == ["slurmctld", "reconfigure", *metrics, *watch]
     reconfigure = container(statefulset, "reconfigure")
     assert reconfigure["image"] == rendered.config.images.slurmctld
-    loop = reconfigure_loop(rendered.config.slurm.controller.slurmctld_timeout)
+    loop = reconfigure_loop(rendered.config.slurm.controller.slurmctld_timeout, rendered.config.slurm.release_version)
     assert reconfigure["command"] == ["sh", "-c", loop]
     assert "scontrol reconfigure" in loop and f"{CONFIG_DIR}/*.conf" in loop
     assert reconfigure["env"] == [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}]
@@ -242,8 +242,8 @@ def test_reconfigure_sidecar_runs_the_window_reservations_program_from_a_fixed_c
     programs_data = {name: text for name, text in programs.manifest["data"].items() if name != CORDON_WATCH_NODES}
     assert programs_data == {name: source(name) for name in controller_programs(rendered.config)}
     assert volume(statefulset, "programs")["configMap"] == {"name": PROGRAMS_CONFIG_MAP}
-    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop(120)
-    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop(120)
+    assert f"sh /opt/dualsched/{WINDOW_RESERVATIONS} /etc/slurm/window-reservations;" in reconfigure_loop(120, (25, 11))
+    assert f"sh /opt/dualsched/{ACCOUNTING_STATE} /etc/slurm/accounting-state;" in reconfigure_loop(120, (25, 11))
     assert rendered.registration(programs).urn in rendered.registration(statefulset).dependencies  # mounted once it exists
 
 
@@ -260,7 +260,8 @@ PING = "Slurmctld(primary) at slurmctld-0 is {primary}\nSlurmctld(backup) at slu
 """`scontrol ping` with two controllers (the format of scontrol.c, 22.05 to 26.05)."""
 
 
-def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", primary: str = "UP", slurmctld_timeout: int = 120):
+def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", primary: str = "UP", slurmctld_timeout: int = 120,
+              release: tuple[int, int] = (22, 5)):
     """The reconfigure loop under sh in the pod ``host``, against a temp config dir, with a fake scontrol (whose
     `ping` finds the primary ``primary``), a fake window reservations program and a short sleep."""
     conf, programs, bin_dir, log = tmp_path / "etc-slurm", tmp_path / "programs", tmp_path / "bin", tmp_path / "scontrol.log"
@@ -273,7 +274,7 @@ def _run_loop(tmp_path: Path, scontrol_exit: str, host: str = "slurmctld-0", pri
     scontrol.write_text(f'#!/bin/sh\n[ "$1" = ping ] && {{ printf "{ping}\\n"; exit 0; }}\necho "$@" >> {log}\n{scontrol_exit}\n')
     scontrol.chmod(0o755)
     (programs / WINDOW_RESERVATIONS).write_text(f'echo "windows $1" >> {log}\n')
-    script = reconfigure_loop(slurmctld_timeout).replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
+    script = reconfigure_loop(slurmctld_timeout, release).replace(f"{CONFIG_DIR}/", f"{conf}/").replace(f"{PROGRAM_DIR}/", f"{programs}/")
     assert script.count("$(uname -n)") == 2
     script = script.replace("$(uname -n)", host)
     sleep = f"sleep {RECONFIGURE_INTERVAL};"
@@ -316,14 +317,29 @@ def _wait_for(predicate, seconds: float = 20.0) -> bool:
     return predicate()
 
 
-def test_reconfigure_loop_reconfigures_once_slurmctld_answers_after_the_pod_starts(tmp_path):
-    """A slurmctld restarted by a change pushes no files to configless slurmd (a node change before 23.11, or any
-    change with a restart key): the first round does, whatever the release."""
+def test_reconfigure_loop_reconfigures_once_slurmctld_answers_after_the_pod_starts_before_23_11(tmp_path):
+    """A slurmctld restarted by a node change (before 23.11) pushes no files to configless slurmd: the first round does."""
     process, conf, log = _run_loop(tmp_path, "exit 0")
     try:
         assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
         time.sleep(0.6)
         assert _reconfigures(log) == ["reconfigure"]  # once: the files are now seen
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_from_23_11_the_loop_starts_from_the_files_as_they_are_and_reconfigures_once_per_change(tmp_path):
+    """From 23.11 a reconfigure starts slurmctld anew in place: one at its start, as the slurmd register, left a node
+    registered by its name (the multi-node tier's 24.11 module). A node change alone is a reconfigure there."""
+    process, conf, log = _run_loop(tmp_path, "exit 0", release=(23, 11))
+    try:
+        time.sleep(0.6)
+        assert _reconfigures(log) == [] and _windows(log)  # its rounds run, without a reconfigure
+        _update(conf / "slurm.conf", "PartitionName=debug\n")
+        assert _wait_for(lambda: _reconfigures(log) == ["reconfigure"])
+        time.sleep(0.6)
+        assert _reconfigures(log) == ["reconfigure"]
     finally:
         process.kill()
         process.wait()

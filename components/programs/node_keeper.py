@@ -215,7 +215,7 @@ class NodeApi(Protocol):
 
 
 class ApiServer:
-    """The two calls the keeper makes, with the pod's own ServiceAccount token."""
+    """The calls the keeper makes (nodes, and keepers' Leases), with the pod's own ServiceAccount token."""
 
     def __init__(self, url: str, token_file: str, ca_file: str):
         self.url, self.token_file = url, token_file

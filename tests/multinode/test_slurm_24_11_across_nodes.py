@@ -17,6 +17,7 @@ both controllers starting, and its first sbatch may time out (Slurm's client ret
 from __future__ import annotations
 
 import re
+import time
 from typing import Iterator
 
 import pytest
@@ -79,16 +80,16 @@ def test_both_controllers_take_the_files_without_a_defunct_or_obsolete_option(ol
 RECONFIGURED = "slurmctld started or the slurm files changed: scontrol reconfigure"
 
 
-def test_the_controller_in_charge_reconfigures_once_slurmctld_answers_after_its_start_and_the_backup_does_not(older):
-    """From 23.11 too: a change that restarts slurmctld (a restart key) pushes no files to configless slurmd by
-    itself (components/controller.py, reconfigure_loop); 24.11's slurmctld takes it by starting itself anew. Only
-    the primary's sidecar asks: two at once stalled the primary and the controllers took control from each other."""
+def test_no_controller_reconfigures_at_its_start_from_23_11(older):
+    """From 23.11 a reconfigure starts slurmctld anew in place; one at its start, as the slurmd registered, left a
+    node registered by its name rather than its address (NodeAddr its name: unreachable) in 2 of 3 full runs of this
+    tier (components/controller.py, reconfigure_loop). Their rounds run; a change still reconfigures (below)."""
     def reconfigures(pod: str) -> int:
         return older.world.kubectl("logs", "-n", SLURM_NS, pod, "-c", "reconfigure").stdout.count(RECONFIGURED)
 
-    wait_until("slurmctld-0's first reconfigure", lambda: reconfigures("slurmctld-0") >= 1, timeout=120, every=5)
-    older.wait_for_slurm("slurmctld to answer after it", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
-    assert reconfigures("slurmctld-1") == 0  # while the primary is up (a failed request is asked again: >= 1 above)
+    older.wait_for_slurm("slurmctld to answer", lambda: "gpu" in older.slurm("sinfo", "--noheader", "--format=%P"), timeout=120)
+    time.sleep(30)  # three rounds of each sidecar
+    assert (reconfigures("slurmctld-0"), reconfigures("slurmctld-1")) == (0, 0)
 
 
 def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
