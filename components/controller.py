@@ -78,7 +78,7 @@ PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 # controllers then took control from each other until `pulumi up` timed out (the multi-node tier). The primary's pod
 # is in charge while its slurmctld answers. A backup's pod is in charge only once no controller before it has
 # answered for longer than SlurmctldTimeout, when the backup takes control (src/slurmctld/backup.c): a primary
-# restarting itself in place for its own at-start reconfigure is down for seconds, and a backup that asked then
+# restarting itself in place for a reconfigure (from 23.11) is down for seconds, and a backup that asked then
 # would have its request wait for the primary (a standby backup answers ESLURM_IN_STANDBY_MODE and the client
 # tries the primary again) and restart it a second time. A backup that takes over reconfigures once.
 
