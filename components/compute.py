@@ -139,6 +139,41 @@ GRANT_MKNOD_ON_HELD_DEVICES = (
 )
 
 
+NAMESPACE_ID_BATCH = 4096
+"""Mount namespace ids each CPU takes from the kernel at a time (include/linux/cookie.h COOKIE_LOCAL_BATCH)."""
+NAMESPACES_PER_PROBE = 64
+"""Namespaces made on a CPU between two tries at binding one, which costs more than making one."""
+
+
+def newer_mount_namespaces_on_every_cpu(run_dir: str) -> str:
+    """Each job's /tmp is a mount namespace that the extern step keeps by bind-mounting its
+    /proc/<pid>/ns/mnt (job_container/tmpfs, namespace/tmpfs). The kernel refuses that bind (EINVAL,
+    "ns base mount failed"; the job is requeued held) unless the new namespace's id is larger than the
+    id of the namespace doing the bind (fs/namespace.c mnt_ns_loop). Since Linux 6.18 mount namespace
+    ids come from per-CPU batches (gen_cookie_next), so a namespace made later on another CPU can have
+    a smaller id than this container's, made by the runtime: the first jobs after slurmd's pod starts
+    then fail on some CPUs (seen on the one-node and multi-node tiers, and with the same system calls
+    alone in the pod; snapd works around the same bug, canonical/snapd#17376). Before slurmd starts,
+    namespaces are made on each CPU the container may run on until one binds, which takes up to one
+    batch of ids on a CPU that lags: from then on every namespace made on that CPU is newer than the
+    container's. On kernels before 6.18 the first one binds."""
+    return (
+        f"probe=$(mktemp -d {run_dir}/namespace-order.XXXXXX) && mount --bind \"$probe\" \"$probe\""
+        ' && mount --make-private "$probe" && here=$(readlink /proc/self/ns/mnt)'
+        ' && newer_on() { made=0; : > "$probe/$1";'
+        f' while [ $made -le {2 * NAMESPACE_ID_BATCH} ]; do taskset -c "$1" unshare --mount sleep 60 & child=$!;'
+        ' while [ -e /proc/$child ] && [ "$(readlink /proc/$child/ns/mnt)" = "$here" ]; do :; done;'
+        ' if mount --bind /proc/$child/ns/mnt "$probe/$1" 2>/dev/null; then umount "$probe/$1"; kill $child; wait $child; return; fi;'
+        f" kill $child 2>/dev/null; wait $child; taskset -c \"$1\" sh -c 'n=1; while [ $n -lt {NAMESPACES_PER_PROBE} ];"
+        f" do unshare --mount true; n=$((n + 1)); done'; made=$((made + {NAMESPACES_PER_PROBE})); done;"
+        ' echo "CPU $1: no mount namespace made there binds after $made: jobs whose steps start there may fail'
+        ' (job_container/tmpfs: ns base mount failed)" >&2; }'
+        " && for range in $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr , ' ');"
+        ' do cpu=${range%-*}; while [ $cpu -le ${range#*-} ]; do newer_on $cpu & cpu=$((cpu + 1)); done; done;'
+        ' wait; umount "$probe" && rm -r "$probe"'
+    )
+
+
 NVIDIA_PROC_GPUS = "/proc/driver/nvidia/gpus"
 """Where gpu/nvidia (AutoDetect=nvidia) finds a node's GPUs: one directory per GPU (gpu_nvidia.c)."""
 
@@ -195,8 +230,8 @@ def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]
 
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
     """slurmd in the foreground; once the primary controller answers (or has had its time) when there is a
-    backup; unprivileged, after making its own cgroup writable; with the users' homes made, and Enroot's
-    directories ready where Pyxis runs (pool_enroot)."""
+    backup; unprivileged, after making its own cgroup writable; once jobs' mount namespaces can be kept on
+    every CPU; with the users' homes made, and Enroot's directories ready where Pyxis runs (pool_enroot)."""
     slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
     steps = []
     if len(site.controller_hosts) > 1:
@@ -209,6 +244,7 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
             steps.append(GRANT_MKNOD_ON_HELD_DEVICES)
     if pool.fabric:
         steps.append(UNLIMITED_LOCKED_MEMORY)
+    steps.append(newer_mount_namespaces_on_every_cpu(site.run_dir))
     steps.append(make_homes(config.slurm.users))
     enroot = pool_enroot(config, pool)
     if enroot is not None:
@@ -260,14 +296,8 @@ def enroot_mounts(enroot: PoolContainers, task_prolog: Optional[str]) -> list[k8
     ]
 
 
-def job_shm_volume(pool: NodePool) -> k8s.core.v1.VolumeArgs:
-    """Jobs run in the slurmd container: its /dev/shm is theirs (the runtime's default is 64 MiB)."""
-    return k8s.core.v1.VolumeArgs(
-        name="shm",
-        empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{pool.job_shm_bytes // 2**20}Mi"),
-    )
-
-
+JOB_TMP_VOLUME = "job-tmp"
+"""Each job's /tmp (job_container.conf BasePath): on the node's disk, gone with the pod."""
 HEALTH_VOLUME = "health"
 TASK_PROLOG_VOLUME = "task-prolog"
 NCCL_VOLUME = "nccl"
@@ -411,7 +441,7 @@ class ComputePool(pulumi.ComponentResource):
                         mount("spool", site.slurmd_spool_dir),
                         mount("run", site.run_dir),
                         mount("shared", SHARED_MOUNT),
-                        mount("shm", "/dev/shm"),
+                        mount(JOB_TMP_VOLUME, site.job_tmp_dir),
                         munge_socket_mount(),
                         *identity_mounts(),
                         home_mount(),
@@ -426,7 +456,7 @@ class ComputePool(pulumi.ComponentResource):
                 empty_dir("spool"),
                 empty_dir("run"),
                 claim_volume("shared", args.shared_claim_name),
-                job_shm_volume(pool),
+                empty_dir(JOB_TMP_VOLUME),
                 *munge_volumes(args.munge_secret_name),
                 identity_volume(args.identity_config_map_name),
                 home_volume(),

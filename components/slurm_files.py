@@ -30,7 +30,9 @@ file: slurmctld never reads it, and without ``.conf`` the reconfigure sidecar re
 ACCOUNTING_STATE_FILE = "accounting-state"
 """The QOS, accounts and users' associations components/programs/accounting_state.sh keeps in slurmdbd.
 Not a Slurm file either: nothing reloads Slurm for it."""
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", WINDOW_RESERVATIONS_FILE, ACCOUNTING_STATE_FILE)
+SLURM_FILES = (
+    "slurm.conf", "gres.conf", "cgroup.conf", "plugstack.conf", "job_container.conf", WINDOW_RESERVATIONS_FILE, ACCOUNTING_STATE_FILE,
+)
 OWNER_MARKER = "dualsched:"
 """Description of the QOS and accounts accounting_state.sh created, followed by the cluster's name: it
 deletes those (and only those) the file no longer lists."""
@@ -117,6 +119,9 @@ class Site:
     task_prolog_dir: str = "/etc/dualsched/task"
     """Where each slurmd node has task_prolog.sh (TaskProlog's directory), when tokens (jwt_key) may submit jobs."""
     shared_dir: str = "/shared"
+    job_tmp_dir: str = "/var/spool/slurmd-job-tmp"
+    """Where slurmd keeps each job's private /tmp and the handle of its mount namespace (job_container.conf
+    BasePath): a directory of this node alone, never /tmp or /dev/shm themselves."""
     """The shared file system inside slurmd (components.compute.SHARED_MOUNT), which the health check tests."""
     addresses_from_registration: bool = False
     """Pools without node_addresses learn each node's address when its slurmd registers
@@ -131,6 +136,16 @@ class Site:
 CGROUP_PLUGINS = {CgroupVersion.V2: "cgroup/v2", CgroupVersion.V1: "cgroup/v1"}
 CLOUD_REG_ADDRS_DEFAULT_SINCE = (23, 11)
 """Slurm 23.11 made cloud_reg_addrs the default and calls the option defunct (an error at every start)."""
+NAMESPACE_TYPE_SINCE = (25, 11)
+"""Slurm 25.11 renamed JobContainerType=job_container/tmpfs to NamespaceType=namespace/tmpfs (it still reads
+the old option, with a warning at every start; src/common/read_config.c)."""
+
+
+def job_container_option(config: StackConfig) -> str:
+    """The slurm.conf line that gives each job its own /tmp and /dev/shm, in the release's spelling."""
+    if config.slurm.release_version >= NAMESPACE_TYPE_SINCE:
+        return "NamespaceType=namespace/tmpfs"
+    return "JobContainerType=job_container/tmpfs"
 
 
 def slurmctld_parameters(config: StackConfig, site: Site) -> str:
@@ -438,7 +453,8 @@ def task_prolog_path(config: StackConfig, site: Site) -> Optional[str]:
 
 
 def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
-    """slurm.conf, gres.conf, cgroup.conf, plugstack.conf, the window reservations and the accounting state for the cluster at this site."""
+    """slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_container.conf, the window reservations and the
+    accounting state for the cluster at this site."""
     context = {
         "config": config,
         "site": site,
@@ -455,6 +471,7 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "health_program": f"{site.health_check_dir}/{HEALTH_PROGRAM}",
         "task_prolog": task_prolog_path(config, site),
         "fabric": any(pool.fabric for pool in config.slurm_pools),
+        "job_container": job_container_option(config),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
 
@@ -504,9 +521,9 @@ def config_hash(files: Mapping[str, str]) -> str:
 # slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`.
 # Everything else is reloaded in place.
 RESTART_KEYS = (
-    "AccountingStorageEnforce", "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes", "NodeName", "ProctrackType", "SelectType",
-    "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort",
-    "SlurmUser", "StateSaveLocation", "TaskPlugin",
+    "AccountingStorageEnforce", "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes",
+    "JobContainerType", "NamespaceType", "NodeName", "ProctrackType", "PrologFlags", "SelectType", "SelectTypeParameters",
+    "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort", "SlurmUser", "StateSaveLocation", "TaskPlugin",
 )
 NODES_BY_RECONFIGURE_SINCE = (23, 11)
 """Slurm 23.11's `scontrol reconfigure` starts slurmctld anew in place (fork and exec, the listening sockets

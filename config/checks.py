@@ -503,22 +503,11 @@ def requests_within_limits(config: StackConfig) -> Iterator[Problem]:
 
 
 def slurmd_memory_adds_up(config: StackConfig) -> Iterator[Problem]:
-    """slurmd's own reserve and the jobs' /dev/shm both come out of realMemoryMb."""
+    """slurmd's own reserve comes out of realMemoryMb, and must leave jobs some."""
     for index, pool in enumerate(config.pools):
-        if not pool.runs_slurmd:
-            continue
-        job_memory_mb = pool.real_memory_mb - pool.mem_spec_limit_mb
-        if job_memory_mb <= 0:
+        if pool.runs_slurmd and pool.mem_spec_limit_mb >= pool.real_memory_mb:
             yield Problem(
                 f"pools[{index}].memSpecLimitMb", f"leaves jobs no memory of realMemoryMb ({pool.real_memory_mb})", pool.mem_spec_limit_mb
-            )
-        elif pool.job_shm_bytes < 2**20:
-            yield Problem(f"pools[{index}].jobShmSize", "must be at least 1Mi (a size limit of 0 means none)", pool.job_shm_size)
-        elif pool.job_shm_bytes > job_memory_mb * 2**20:
-            yield Problem(
-                f"pools[{index}].jobShmSize",
-                f"exceeds the memory jobs get (realMemoryMb - memSpecLimitMb = {job_memory_mb} MiB)",
-                pool.job_shm_size,
             )
 
 

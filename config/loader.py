@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from dualsched.config.checks import MISSING, CrossFieldError, Problem, format_value, trust_warnings
-from dualsched.config.models import StackConfig
+from dualsched.config.models import WITHDRAWN_KEYS, StackConfig
 from dualsched.config.types import SHOWN_SECRET, SecretText, is_encrypted
 
 NAMESPACE = "dualsched"
@@ -148,6 +148,8 @@ def _unknown_key_message(location: tuple[Any, ...]) -> str:
     model = _model_at(location)
     if model is None:
         return "unknown key"
+    if (model.__name__, location[-1]) in WITHDRAWN_KEYS:
+        return WITHDRAWN_KEYS[model.__name__, location[-1]]
     keys = [f.alias or name for name, f in model.model_fields.items()]
     close = difflib.get_close_matches(str(location[-1]), keys, n=1)
     if close:

@@ -189,6 +189,13 @@ class Toleration(Model):
     """Taint effect; when absent every effect is tolerated."""
 
 
+WITHDRAWN_KEYS = {
+    ("NodePool", "jobShmSize"): "withdrawn: each job now has a /dev/shm of its own (job_container.conf), whose pages "
+    "count against the job's memory; remove the key",
+}
+"""(model, key) -> why a key earlier versions took is refused now: the message a stack that still sets it gets."""
+
+
 NVIDIA_AUTODETECT_SINCE = (24, 11)
 """The first release with gpu/nvidia (AutoDetect=nvidia)."""
 
@@ -357,8 +364,6 @@ class NodePool(Model):
     """Memory per node given to Slurm, in MiB (NodeName RealMemory=): the slurmd pod's memory request and limit."""
     mem_spec_limit_mb: int = Field(1024, ge=0, le=2**31)
     """Part of realMemoryMb kept for slurmd itself, in MiB (MemSpecLimit=); jobs get the rest."""
-    job_shm_size: Optional[Quantity] = None
-    """Size of the memory-backed /dev/shm jobs share (NCCL, PyTorch); it counts against the jobs' memory. Defaults to half of that."""
     taints: Optional[tuple[Taint, ...]] = Field(None, max_length=MAX_ITEMS)
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
     allocatable: Optional[NodeAllocatable] = None
@@ -410,13 +415,6 @@ class NodePool(Model):
         if self.slurm_gpus is None:
             return self.gpus_per_node
         return self.slurm_gpus
-
-    @property
-    def job_shm_bytes(self) -> int:
-        """/dev/shm size for jobs, resolving the default: half of the memory jobs get."""
-        if self.job_shm_size is not None:
-            return int(parse_quantity(self.job_shm_size))
-        return max(0, self.real_memory_mb - self.mem_spec_limit_mb) * 2**20 // 2
 
     @property
     def kubernetes_gpu_count(self) -> int:

@@ -468,8 +468,6 @@ class NodePool(TypedDict):
     """Memory per node given to Slurm, in MiB (NodeName RealMemory=): the slurmd pod's memory request and limit."""
     mem_spec_limit_mb: NotRequired[pulumi.Input[int]]
     """Part of realMemoryMb kept for slurmd itself, in MiB (MemSpecLimit=); jobs get the rest."""
-    job_shm_size: NotRequired[pulumi.Input[str]]
-    """Size of the memory-backed /dev/shm jobs share (NCCL, PyTorch); it counts against the jobs' memory. Defaults to half of that."""
     taints: NotRequired[pulumi.Input[list[Taint]]]
     """Node taints. Defaults to the Slurm taint for dedicated pools and none otherwise."""
     allocatable: NotRequired[pulumi.Input[NodeAllocatable]]

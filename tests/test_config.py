@@ -233,14 +233,8 @@ def test_stacks_configure_job_users(stack):
 
 def test_slurmd_memory_defaults(dev_config):
     pool = dev_config.pool("gpu")
-    assert pool.mem_spec_limit_mb == 1024 and pool.job_shm_size is None
-    assert pool.job_shm_bytes == (128000 - 1024) * 2**20 // 2
+    assert pool.mem_spec_limit_mb == 1024
     assert dev_config.slurm.cgroup_version.value == "v2"
-
-
-def test_job_shm_may_take_all_the_job_memory(dev_raw):
-    dev_raw["pools"][0].update(memSpecLimitMb=64000, jobShmSize="64000Mi")
-    assert parse_stack_config(dev_raw).pool("gpu").job_shm_bytes == 64000 * 2**20
 
 
 def test_an_external_database_may_take_its_password_from_the_config(prod_raw):
@@ -252,7 +246,7 @@ def test_an_external_database_may_take_its_password_from_the_config(prod_raw):
 
 
 def test_kubernetes_pools_need_no_slurmd_memory(dev_raw):
-    """memSpecLimitMb and jobShmSize only matter where slurmd runs."""
+    """memSpecLimitMb only matters where slurmd runs."""
     dev_raw["pools"].append({"name": "serve", "nodes": "srv-[1-2]", "mode": "kubernetes", "realMemoryMb": 1000,
                              "memSpecLimitMb": 2000})
     parse_stack_config(dev_raw)
@@ -581,19 +575,14 @@ INVALID = [
             "slurm.controller.resources.requests.memory", "exceeds the limit"),
     Invalid("slurmd-requests-is-no-longer-a-key", "dev", {"pools[0].slurmdRequests": {"cpu": "1"}},
             "pools[0].slurmdRequests", "unknown key"),
-    # slurmd memory: MemSpecLimit and /dev/shm come out of realMemoryMb
+    # slurmd memory: MemSpecLimit comes out of realMemoryMb
     Invalid("mem-spec-limit-equals-real-memory", "dev", {"pools[0].memSpecLimitMb": 128000},
             "pools[0].memSpecLimitMb", "leaves jobs no memory of realMemoryMb (128000)"),
     Invalid("mem-spec-limit-above-real-memory", "prod", {"pools[2].memSpecLimitMb": 1000000},
             "pools[2].memSpecLimitMb", "leaves jobs no memory"),
     Invalid("mem-spec-limit-negative", "dev", {"pools[0].memSpecLimitMb": -1}, "pools[0].memSpecLimitMb"),
-    Invalid("job-shm-below-one-mebibyte", "dev", {"pools[0].jobShmSize": "512Ki"},
-            "pools[0].jobShmSize", "must be at least 1Mi"),
-    Invalid("job-shm-larger-than-job-memory", "dev", {"pools[0].jobShmSize": "200Gi"},
-            "pools[0].jobShmSize", "exceeds the memory jobs get (realMemoryMb - memSpecLimitMb = 126976 MiB)"),
-    Invalid("job-shm-just-above-job-memory", "dev", {"pools[0].memSpecLimitMb": 64000, "pools[0].jobShmSize": "64001Mi"},
-            "pools[0].jobShmSize", "64000 MiB"),
-    Invalid("job-shm-not-a-quantity", "dev", {"pools[0].jobShmSize": "lots"}, "pools[0].jobShmSize", "quantity"),
+    Invalid("job-shm-size-is-withdrawn", "dev", {"pools[0].jobShmSize": "2Gi"},
+            "pools[0].jobShmSize", "withdrawn: each job now has a /dev/shm of its own"),
     # users
     Invalid("duplicate-user-names", "dev",
             {"slurm.users": [{"name": "alice", "uid": 2001}, {"name": "alice", "uid": 2002}]},

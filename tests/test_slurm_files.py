@@ -87,11 +87,13 @@ SLURM_CONF_KEYS = {
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
     "AccountingStorageEnforce", "PriorityWeightQOS", "PreemptType", "PreemptMode", "PreemptExemptTime", "JobRequeue",
     "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "TaskProlog", "PropagateResourceLimitsExcept",
+    "PrologFlags", "JobContainerType", "NamespaceType",
 }
 NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}
 GRES_KEYS = {"AutoDetect", "NodeName", "Name", "Type", "Count", "File"}
 CGROUP_KEYS = {"CgroupPlugin", "IgnoreSystemd", "ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices"}
+JOB_CONTAINER_KEYS = {"AutoBasePath", "BasePath"}
 
 
 def _settings(text: str) -> list[list[str]]:
@@ -108,10 +110,11 @@ def test_slurm_conf_uses_only_slurm_conf_option_names(stack):
         assert set(keys) <= allowed, keys
 
 
-def test_gres_and_cgroup_conf_use_only_their_option_names(stack):
+def test_gres_cgroup_and_job_container_conf_use_only_their_option_names(stack):
     files = render(config_of(stack))
     assert all(set(keys) <= GRES_KEYS for keys in _settings(files["gres.conf"]))
     assert all(set(keys) <= CGROUP_KEYS for keys in _settings(files["cgroup.conf"]))
+    assert all(set(keys) <= JOB_CONTAINER_KEYS for keys in _settings(files["job_container.conf"]))
 
 
 # ----------------------------------------------------------------------- hostlists
@@ -207,11 +210,11 @@ def test_cloud_nodes_register_their_address_in_every_release(release: str, param
 # Options Slurm 25.11 or 26.05 no longer accepts, or accepts only to log that they are defunct or
 # obsolete: the keys of 22.05's parser tables missing from 25.11's, the _defunct_option entries and
 # the "obsolete"/"defunct" warnings of 25.11 and 26.05 (SchedMD/slurm src/common/read_config.c,
-# src/interfaces/cgroup.c), and JobContainerType (NamespaceType since 25.11: neither is valid in both).
+# src/interfaces/cgroup.c). JobContainerType, which 25.11 renamed, has a test of its own.
 REMOVED_OPTIONS = {
     "slurm.conf": {
         "AccountingStorageLoc", "AccountingStorageUser", "CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType",
-        "FastSchedule", "FrontendAddr", "FrontendName", "GetEnvTimeout", "JobContainerType", "JobCredentialPrivateKey",
+        "FastSchedule", "FrontendAddr", "FrontendName", "GetEnvTimeout", "JobCredentialPrivateKey",
         "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin", "SchedulerAuth", "SlurmctldPlugstack",
     },
     "cgroup.conf": {
@@ -232,6 +235,26 @@ def test_files_for_newer_releases_use_no_removed_option(stack: str, release: str
         assert not used & {key.lower() for key in removed}, name
     values = {value.lower() for line in _settings_lines(files["slurm.conf"]) for value in re.split(r"[=,\s]", line)}
     assert not values & REMOVED_PARAMETERS
+
+
+@pytest.mark.parametrize(
+    ("release", "option"),
+    [
+        ("22.05", "JobContainerType=job_container/tmpfs"),
+        ("24.11", "JobContainerType=job_container/tmpfs"),
+        ("25.11", "NamespaceType=namespace/tmpfs"),
+        ("26.05", "NamespaceType=namespace/tmpfs"),
+    ],
+)
+def test_each_job_gets_its_own_tmp_in_every_releases_spelling(stack: str, release: str, option: str):
+    """25.11 renamed the plugin (and only warns about the old option); both need the extern step that
+    PrologFlags=Contain starts, and read job_container.conf, which configless slurmd fetches with slurm.conf
+    (src/common/fetch_config.c)."""
+    files = render(_released(stack, release))
+    plugin = [line for line in _settings_lines(files["slurm.conf"]) if line.startswith(("JobContainerType", "NamespaceType"))]
+    assert plugin == [option]
+    assert lines(files["slurm.conf"], "PrologFlags") == ["PrologFlags=Contain"]
+    assert "AutoBasePath=true" in _settings_lines(files["job_container.conf"])
 
 
 def _settings_lines(text: str) -> list[str]:

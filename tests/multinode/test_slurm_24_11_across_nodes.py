@@ -5,9 +5,10 @@ does not prove).
 The slurm image is ``dualsched.local/slurm:24.11`` (``DUALSCHED_SLURM_SUITE=trixie tools/images.sh``), every
 pod spec the local stack's with ``slurm.release: "24.11"`` and no job steps in containers (Pyxis is built
 for Debian 12's Slurm). The flows whose behaviour changes between releases: configless registration of
-each node by its address, GPU GRES, a job from Kubernetes with a Slurm token (auth/jwt) across two nodes,
-accounting, a slurm.conf change reaching every daemon by reconfigure (which 24.11's slurmctld does by starting
-itself anew), with the backup controller standing by, and a node moving to another pool and back the same way.
+each node by its address, GPU GRES, a job from Kubernetes with a Slurm token (auth/jwt) across two nodes
+with its own /tmp (JobContainerType=job_container/tmpfs, 25.11 renames it), accounting, a slurm.conf change
+reaching every daemon by reconfigure (which 24.11's slurmctld does by starting itself anew), with the backup
+controller standing by, and a node moving to another pool and back the same way.
 It runs last in the tier (conftest.py): it removes the local stack, and its own is removed at its end.
 
 The Job is submitted by a second `pulumi up`, once every node is idle: a Job created with the stack meets
@@ -38,7 +39,7 @@ TRIXIE = SlurmRelease(suite="trixie", release="24.11", version="24.11.5")
 LABEL = "multi-node: "
 JOB = {
     "name": "train-24-11", "serviceAccount": "trainer",
-    "script": '#!/bin/sh\necho "user=$(id -un) nodes=$SLURM_JOB_NODELIST gpus=${SLURM_JOB_GPUS:-none}"\n',
+    "script": '#!/bin/sh\necho "user=$(id -un) nodes=$SLURM_JOB_NODELIST gpus=${SLURM_JOB_GPUS:-none} tmp=$(stat -c %U:%a /tmp)"\n',
     "args": ["--partition=gpu", "--nodes=2", f"--nodelist={','.join(TWO_NODES)}", "--gres=gpu:1", "--mem=128M",
              "--output=/shared/jobs/slurm-24-11-%j.out"],
 }
@@ -100,11 +101,11 @@ def test_every_node_registers_by_its_address_with_its_gpus_and_is_idle(older):
         assert re.search(rf"Gres=gpu:{4 if node in CONTAINER_NODES else 2}\b", shown), shown
 
 
-def test_a_kubernetes_job_runs_a_job_on_two_nodes_as_its_user_with_a_token(older):
+def test_a_kubernetes_job_runs_a_job_on_two_nodes_as_its_user_with_a_token_and_its_own_tmp(older):
     older.wait_for_slurm("every node idle in Slurm", lambda: every_node_idle(older), timeout=300, every=5)
     up_on(older.world, TRIXIE, release_config(older.world), [JOB], LABEL)
     older.job_id, output = slurm_job_of(older.world, JOB)
-    assert re.fullmatch(r"user=alice nodes=gpu-real-\[2-3\] gpus=\d+\n", output), output
+    assert re.fullmatch(r"user=alice nodes=gpu-real-\[2-3\] gpus=\d+ tmp=alice:700\n", output), output
 
 
 def test_accounting_records_the_job_on_both_nodes_with_a_gpu_each(older):

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.node
 FORKY = SlurmRelease(suite="forky", release="26.05", version="26.05.5")
 JOB = {
     "name": "train-newer", "serviceAccount": "trainer",
-    "script": '#!/bin/sh\necho "user=$(id -un) gpus=${SLURM_JOB_GPUS:-none}"\n',
+    # /tmp is the job's own (NamespaceType=namespace/tmpfs since 25.11): its user's, mode 0700
+    "script": '#!/bin/sh\necho "user=$(id -un) gpus=${SLURM_JOB_GPUS:-none} tmp=$(stat -c %U:%a /tmp)"\n',
     "args": ["--partition=gpu", "--gres=gpu:1", "--mem=256M", "--output=/shared/jobs/newer-%j.out"],
 }
 
@@ -63,7 +64,7 @@ def test_the_cloud_node_registers_its_address_without_cloud_reg_addrs(newer):
 
 def test_a_kubernetes_job_runs_a_gpu_job_as_its_user(newer):
     newer.job_id, output = slurm_job_of(newer.world, JOB)
-    assert re.fullmatch(r"user=alice gpus=\d+\n", output), output
+    assert re.fullmatch(r"user=alice gpus=\d+ tmp=alice:700\n", output), output
 
 
 def test_sacct_records_the_job_with_its_gpu(newer):

@@ -292,8 +292,8 @@ def test_a_kubernetes_job_runs_a_slurm_job_as_a_named_user_that_writes_a_checkpo
     assert f"user=alice uid={JOB_USER_UID}" in output, output
     assert "gpus=" in output and "gpus=none" not in output, output
     shm = dict(pair.split("=") for pair in re.search(r"shm_kb=\S+ shm_fs=\S+", output).group(0).split())
-    # memory-backed and sized by the config (half of 4096 - 512 MiB), not the runtime's 64 MiB
-    assert shm["shm_fs"] == "tmpfs" and int(shm["shm_kb"]) == (4096 - 512) // 2 * 1024, output
+    # the job's own tmpfs (job_container.conf), not the runtime's 64 MiB: its pages count against the job's memory
+    assert shm["shm_fs"] == "tmpfs" and int(shm["shm_kb"]) > 64 * 1024, output
     checkpoint = world.shared / "models" / "tiny" / "checkpoint.bin"
     assert checkpoint.read_text() == f"checkpoint of job {job_id}\n"
     assert checkpoint.stat().st_uid == JOB_USER_UID
@@ -381,6 +381,62 @@ def test_root_may_not_run_jobs(cluster):
     assert result.returncode != 0 and "Invalid user id" in result.stderr, result.stderr
     log = cluster.world.kubectl("logs", "-n", SLURM_NS, "slurmctld-0", "-c", "slurmctld").stdout
     assert "SUBMIT_JOB for user root disabled" in log
+
+
+def run_to_the_end(cluster: Cluster, user: str, script: str, while_running: Callable[[], None] = lambda: None) -> str:
+    """A batch job of ``user`` running ``script`` on the node; what it printed (kept in the user's home)."""
+    output = f"/home/{user}/job-%j.out"
+    job_id = cluster.submit_as(user, "--partition=gpu", "--mem=64M", f"--output={output}", "--wrap", script)
+    wait_until(f"job {job_id} to run", lambda: cluster.job_state(job_id) in ("RUNNING", "COMPLETED"), timeout=120)
+    while_running()
+    wait_until(f"job {job_id} to complete", lambda: cluster.job_state(job_id) == "COMPLETED", timeout=120)
+    return cluster.exec(SLURM_NS, cluster.slurmd_pod()["metadata"]["name"], "slurmd", "cat", output.replace("%j", str(job_id)))
+
+
+def test_each_job_has_a_tmp_and_dev_shm_that_neither_the_pod_nor_a_later_job_sees(cluster):
+    """job_container.conf as rendered, fetched by configless slurmd in its unprivileged pod: the job's /tmp is
+    its user's alone, its /dev/shm its own tmpfs; slurmd's container (where every job used to share /tmp) and
+    the next job find nothing of it."""
+    slurmd = cluster.slurmd_pod()["metadata"]["name"]
+
+    def the_pod_sees_nothing_of_it() -> None:
+        listing = cluster.exec(SLURM_NS, slurmd, "slurmd", "ls", "-A", "/tmp", "/dev/shm")
+        assert "left-by-job" not in listing, listing
+
+    first = run_to_the_end(cluster, "alice", 'stat -c "%n %U %a" /tmp /dev/shm; echo secret > /tmp/left-by-job;'
+                           " echo secret > /dev/shm/left-by-job; sleep 10", the_pod_sees_nothing_of_it)  # fmt: skip
+    assert first.splitlines()[:2] == ["/tmp alice 700", "/dev/shm root 1777"], first
+    second = run_to_the_end(cluster, "alice", "ls -A /tmp /dev/shm; cat /tmp/left-by-job /dev/shm/left-by-job 2>&1; true")
+    assert "secret" not in second and "No such file" in second, second
+
+
+KEEP_A_NEW_NAMESPACE = r"""
+probe=$(mktemp -d /run/slurm/probe.XXXXXX) && mount --bind "$probe" "$probe" && mount --make-private "$probe" && : > "$probe/ns"
+for cpu in $(seq 0 $(($(nproc --all) - 1))); do
+  taskset -c $cpu true 2>/dev/null || continue  # not this container's
+  taskset -c $cpu unshare --mount sleep 30 & child=$!
+  while [ "$(readlink /proc/$child/ns/mnt)" = "$(readlink /proc/self/ns/mnt)" ]; do :; done
+  if mount --bind /proc/$child/ns/mnt "$probe/ns" 2>/dev/null; then echo "cpu$cpu kept"; umount "$probe/ns"; else echo "cpu$cpu refused"; fi
+  kill $child; wait $child
+done
+umount "$probe"; rm -r "$probe"
+"""
+"""What job_container/tmpfs's extern step does for each job, on each CPU by hand: a mount namespace made on that
+CPU, kept by bind-mounting its /proc/<pid>/ns/mnt from slurmd's own namespace (_create_ns)."""
+
+
+def test_right_after_its_pod_is_replaced_slurmd_keeps_a_jobs_namespace_on_every_cpu_and_the_first_job_runs(cluster):
+    """The container's mount namespace is newest for a moment: on Linux 6.18 and later, a namespace made then on a
+    CPU whose batch of ids lags has a smaller id, and the kernel refuses the bind that keeps a job's /tmp (EINVAL),
+    which requeued the first jobs held (components.compute newer_mount_namespaces_on_every_cpu)."""
+    old = cluster.slurmd_pod()["metadata"]["name"]
+    cluster.world.kubectl("delete", "pod", "-n", SLURM_NS, old, "--wait=true", timeout=180)
+    wait_until_settled(cluster)
+    slurmd = cluster.slurmd_pod()["metadata"]["name"]
+    kept = cluster.exec(SLURM_NS, slurmd, "slurmd", "sh", "-c", KEEP_A_NEW_NAMESPACE)
+    assert "refused" not in kept and "cpu0 kept" in kept, kept
+    output = run_to_the_end(cluster, "alice", 'stat -c "%n %U %a" /tmp')
+    assert output.splitlines()[0] == "/tmp alice 700", output
 
 
 def test_the_database_has_no_remote_root_and_logs_no_password(cluster):

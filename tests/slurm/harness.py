@@ -57,6 +57,10 @@ TOOLS = (
 )  # fmt: skip
 
 WAIT = 60.0
+OUTSIDE_JOB_TMP = "/var/tmp"
+"""Where each cluster's files live: jobs see this machine's /var/tmp, while /tmp (where tempfile puts
+them by default) is their own (job_container.conf), so release files and the shared directory there
+would be invisible to them."""
 """Upper bound, in seconds, for anything the cluster is expected to do 'soon'."""
 
 DB_USER = "slurm"
@@ -92,7 +96,7 @@ RELEASE = installed_release()
 
 def on_installed_slurm(raw: dict[str, Any]) -> dict[str, Any]:
     """A stack switched to this machine's Slurm release, with a site's own images of it: what differs between
-    releases (e.g. SlurmctldParameters before 23.11, gres.conf's AutoDetect) is rendered as this slurmctld reads it."""
+    releases (e.g. JobContainerType, NamespaceType since 25.11) is rendered as this slurmctld reads it."""
     raw["slurm"]["release"] = RELEASE
     raw.setdefault("images", {}).update(own_images(RELEASE))
     return raw
@@ -213,6 +217,7 @@ def local_site(
         health_check_dir=str(root / "health"),
         task_prolog_dir=str(root / "task"),
         shared_dir=str(root / "shared"),
+        job_tmp_dir=str(root / "job-tmp"),
     )
     return dataclasses.replace(site, spank_pyxis=spank_pyxis) if spank_pyxis else site
 
@@ -507,7 +512,7 @@ class LocalCluster(SlurmClient):
     """munged, MariaDB, slurmdbd, slurmctld and one slurmd for ``config``; :meth:`stop` always."""
 
     def __init__(self, config: StackConfig, local_node: str):
-        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurm-")))
+        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurm-", dir=OUTSIDE_JOB_TMP)))
         # munged wants every directory above its key searchable; mkdtemp makes 0700.
         os.chmod(self.root, 0o755)
         for name in ("etc", "state", "spool", "run", "log", "dev", "munge", "mysql", "mysql-run", "jwt"):
@@ -794,7 +799,7 @@ class Controller(SlurmClient):
     """slurmctld alone for a stack's config at the local site, accounting in the shared slurmdbd."""
 
     def __init__(self, config: StackConfig, shared: LocalCluster):
-        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurmctld-")))
+        super().__init__(Path(tempfile.mkdtemp(prefix="dualsched-slurmctld-", dir=OUTSIDE_JOB_TMP)))
         for name in ("etc", "state", "spool", "run", "log", "dev"):
             (self.root / name).mkdir()
         self.config = config

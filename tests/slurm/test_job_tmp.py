@@ -1,0 +1,45 @@
+"""Each job's own /tmp and /dev/shm (slurm.conf JobContainerType or NamespaceType, job_container.conf, as
+rendered): owned by the job's user, invisible to the machine and to every later job, gone when the job ends.
+slurmd fetches job_container.conf from slurmctld (configless), as on Kubernetes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import JOB_USER, LocalCluster
+
+pytestmark = pytest.mark.slurm
+
+MARK = "left-by-job"
+
+
+def run_job(cluster: LocalCluster, script: str) -> tuple[int, str]:
+    job = cluster.sbatch("--partition=gpu", "--mem=64M", "--time=5", script=script)
+    cluster.wait_for_job(job, "COMPLETED")
+    return job, cluster.job_output(job)
+
+
+def test_a_jobs_tmp_is_its_users_alone_and_dev_shm_is_its_own(cluster):
+    _, output = run_job(cluster, 'stat -c "%n %U %a" /tmp /dev/shm; df --output=fstype /dev/shm | tail -1')
+    tmp, shm, fstype = output.splitlines()
+    assert tmp == f"/tmp {JOB_USER} 700"
+    assert shm.startswith("/dev/shm root ") and fstype.strip() == "tmpfs"
+
+
+def test_what_a_job_leaves_in_tmp_and_dev_shm_no_later_job_and_not_the_machine_sees(cluster):
+    leave = f"echo secret > /tmp/{MARK}; echo secret > /dev/shm/{MARK}\n"
+    job = cluster.sbatch("--partition=gpu", "--mem=64M", "--time=5", script=leave + cluster.held_script())
+    try:
+        cluster.wait_for_job(job, "RUNNING")
+        base = Path(cluster.site.job_tmp_dir)
+        # the job's files exist, under slurmd's BasePath, not in the machine's /tmp or /dev/shm
+        assert not Path(f"/tmp/{MARK}").exists() and not Path(f"/dev/shm/{MARK}").exists()
+        assert [path.name for path in base.rglob(MARK)] == [MARK], list(base.rglob("*"))
+    finally:
+        cluster.release(job)
+    cluster.wait_for_job(job, "COMPLETED")
+    _, output = run_job(cluster, f"ls -A /tmp /dev/shm; cat /tmp/{MARK} /dev/shm/{MARK} 2>&1 || true")
+    assert "secret" not in output and MARK in output  # cat's "No such file" names it
+    assert not list(Path(cluster.site.job_tmp_dir).rglob(MARK)), "the job's /tmp outlived it"
