@@ -27,6 +27,7 @@ from node_support import (
     kubelet_gpu_allocations, local_config, may_open, outcomes, registered_gpus, wait_for_slurm, wait_until,
 )
 from e2e_support import TIMINGS, tail, up_or_diagnose
+from mount_namespaces import keep_a_new_namespace_on_each_cpu
 
 pytestmark = pytest.mark.node
 
@@ -410,21 +411,6 @@ def test_each_job_has_a_tmp_and_dev_shm_that_neither_the_pod_nor_a_later_job_see
     assert "secret" not in second and "No such file" in second, second
 
 
-KEEP_A_NEW_NAMESPACE = r"""
-probe=$(mktemp -d /run/slurm/probe.XXXXXX) && mount --bind "$probe" "$probe" && mount --make-private "$probe" && : > "$probe/ns"
-for cpu in $(seq 0 $(($(nproc --all) - 1))); do
-  taskset -c $cpu true 2>/dev/null || continue  # not this container's
-  taskset -c $cpu unshare --mount sleep 30 & child=$!
-  while [ "$(readlink /proc/$child/ns/mnt)" = "$(readlink /proc/self/ns/mnt)" ]; do :; done
-  if mount --bind /proc/$child/ns/mnt "$probe/ns" 2>/dev/null; then echo "cpu$cpu kept"; umount "$probe/ns"; else echo "cpu$cpu refused"; fi
-  kill $child; wait $child
-done
-umount "$probe"; rm -r "$probe"
-"""
-"""What job_container/tmpfs's extern step does for each job, on each CPU by hand: a mount namespace made on that
-CPU, kept by bind-mounting its /proc/<pid>/ns/mnt from slurmd's own namespace (_create_ns)."""
-
-
 def test_right_after_its_pod_is_replaced_slurmd_keeps_a_jobs_namespace_on_every_cpu_and_the_first_job_runs(cluster):
     """The container's mount namespace is newest for a moment: on Linux 6.18 and later, a namespace made then on a
     CPU whose batch of ids lags has a smaller id, and the kernel refuses the bind that keeps a job's /tmp (EINVAL),
@@ -433,7 +419,7 @@ def test_right_after_its_pod_is_replaced_slurmd_keeps_a_jobs_namespace_on_every_
     cluster.world.kubectl("delete", "pod", "-n", SLURM_NS, old, "--wait=true", timeout=180)
     wait_until_settled(cluster)
     slurmd = cluster.slurmd_pod()["metadata"]["name"]
-    kept = cluster.exec(SLURM_NS, slurmd, "slurmd", "sh", "-c", KEEP_A_NEW_NAMESPACE)
+    kept = cluster.exec(SLURM_NS, slurmd, "slurmd", "sh", "-c", keep_a_new_namespace_on_each_cpu("/run/slurm"))
     assert "refused" not in kept and "cpu0 kept" in kept, kept
     output = run_to_the_end(cluster, "alice", 'stat -c "%n %U %a" /tmp')
     assert output.splitlines()[0] == "/tmp alice 700", output
