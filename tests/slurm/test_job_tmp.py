@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dualsched.components.compute import newer_mount_namespaces_on_every_cpu
-from harness import JOB_USER, LocalCluster
+from harness import JOB_USER, LocalCluster, wait_until
 from mount_namespaces import keep_a_new_namespace_on_each_cpu
 
 pytestmark = pytest.mark.slurm
@@ -38,9 +38,11 @@ def test_what_a_job_leaves_in_tmp_and_dev_shm_no_later_job_and_not_the_machine_s
     try:
         cluster.wait_for_job(job, "RUNNING")
         base = Path(cluster.site.job_tmp_dir)
-        # the job's files exist, under slurmd's BasePath, not in the machine's /tmp or /dev/shm
+        # the job's files exist, under slurmd's BasePath (once its script has run: RUNNING comes first), not in
+        # the machine's /tmp or /dev/shm
+        left = wait_until("the job's file under BasePath", lambda: list(base.rglob(MARK)))
+        assert [path.name for path in left] == [MARK], list(base.rglob("*"))
         assert not Path(f"/tmp/{MARK}").exists() and not Path(f"/dev/shm/{MARK}").exists()
-        assert [path.name for path in base.rglob(MARK)] == [MARK], list(base.rglob("*"))
     finally:
         cluster.release(job)
     cluster.wait_for_job(job, "COMPLETED")
