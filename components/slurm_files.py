@@ -119,10 +119,10 @@ class Site:
     task_prolog_dir: str = "/etc/dualsched/task"
     """Where each slurmd node has task_prolog.sh (TaskProlog's directory), when tokens (jwt_key) may submit jobs."""
     shared_dir: str = "/shared"
+    """The shared file system inside slurmd (components.compute.SHARED_MOUNT), which the health check tests."""
     job_tmp_dir: str = "/var/spool/slurmd-job-tmp"
     """Where slurmd keeps each job's private /tmp and the handle of its mount namespace (job_container.conf
     BasePath): a directory of this node alone, never /tmp or /dev/shm themselves."""
-    """The shared file system inside slurmd (components.compute.SHARED_MOUNT), which the health check tests."""
     addresses_from_registration: bool = False
     """Pools without node_addresses learn each node's address when its slurmd registers
     (State=CLOUD; before Slurm 23.11 also SlurmctldParameters=cloud_reg_addrs), so no node name needs DNS."""
