@@ -60,8 +60,9 @@ checkov:
 	scripts/install-checkov.sh
 
 ## Tests
+# UNIT_SHARD=K/N runs every N-th test from the K-th on (tests/conftest.py): `make test` runs one half in each lane
 test-unit: venv checkov
-	$(PY) -m pytest -m "not slurm and not e2e and not node and not multinode"
+	DUALSCHED_TEST_SHARD=$(UNIT_SHARD) $(PY) -m pytest -m "not slurm and not e2e and not node and not multinode"
 
 test-slurm: venv slurm-deps
 	$(PY) -m pytest -m slurm tests/slurm

@@ -45,6 +45,12 @@ WINDOW_RESERVATIONS = "window_reservations.sh"
 ACCOUNTING_STATE = "accounting_state.sh"
 CORDON_DRAIN = "cordon_drain.sh"
 RESUME_REGISTERED = "resume_registered.sh"
+ACCOUNTING_BEFORE_STOP = "accounting_before_stop.sh"
+"""slurmctld's preStop hook: it stops once slurmdbd has every job's record as slurmctld knows it (why: in the file)."""
+ACCOUNTING_WAIT_LIMIT = 20
+"""The most seconds that hook waits (slurmdbd down, say): slurmctld then stops anyway."""
+STOP_GRACE = ACCOUNTING_WAIT_LIMIT + 30
+"""slurmctld's pod's termination grace: the hook's wait, then slurmctld's own state save after SIGTERM."""
 CORDON_WATCH = "cordon_watch.py"
 CORDON_WATCH_NODES = "cordon-watch-nodes"
 """In the programs ConfigMap: the Slurm pool nodes cordon_watch.py reads, one a line."""
@@ -122,6 +128,12 @@ def reconfigure_loop(slurmctld_timeout: int, release: tuple[int, int]) -> str:
         f"sleep {RECONFIGURE_INTERVAL}; "
         "done"
     )
+
+
+def accounting_before_stop() -> k8s.core.v1.LifecycleArgs:
+    """slurmctld's preStop hook: the kubelet runs it, and sends SIGTERM once it ends."""
+    command = ["sh", f"{PROGRAM_DIR}/{ACCOUNTING_BEFORE_STOP}", str(ACCOUNTING_WAIT_LIMIT)]
+    return k8s.core.v1.LifecycleArgs(pre_stop=k8s.core.v1.LifecycleHandlerArgs(exec_=k8s.core.v1.ExecActionArgs(command=command)))
 
 
 def slurm_client(
@@ -238,10 +250,11 @@ def wait_for_accounting(image: str, site: Site) -> k8s.core.v1.ContainerArgs:
 
 
 def controller_programs(config: StackConfig) -> tuple[str, ...]:
-    """The programs slurmctld's sidecars run, by file name."""
+    """The programs slurmctld's sidecars and its stop hook run, by file name."""
     metrics = (COLLECTOR_PROGRAM, EXPORTER_PROGRAM) if config.slurm.metrics.enabled else ()
     cordon = (CORDON_WATCH,) if config.slurm.health_check.drain_cordoned else ()
-    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN, RESUME_REGISTERED, *cordon, *metrics)
+    before_stop = (ACCOUNTING_BEFORE_STOP,) if config.slurm.accounting.enabled else ()
+    return (WINDOW_RESERVATIONS, ACCOUNTING_STATE, CORDON_DRAIN, RESUME_REGISTERED, *before_stop, *cordon, *metrics)
 
 
 def metrics_containers(config: StackConfig) -> list[k8s.core.v1.ContainerArgs]:
@@ -372,6 +385,7 @@ class SlurmController(pulumi.ComponentResource):
             automount_service_account_token=False,
             **control_daemon_placement(config, spread=labels(CONTROLLER_SERVICE, config.slurm.cluster_name) if config.slurm.controller.ha else None),
             security_context=k8s.core.v1.PodSecurityContextArgs(fs_group=SLURM_UID),
+            termination_grace_period_seconds=STOP_GRACE,
             init_containers=[
                 own_state_directory(config.images.slurmctld, site),
                 munged_sidecar(config.images.slurmd),
@@ -388,8 +402,10 @@ class SlurmController(pulumi.ComponentResource):
                     startup_probe=tcp_probe(site.slurmctld_port, period=5, failures=60),
                     liveness_probe=tcp_probe(site.slurmctld_port, period=15),
                     readiness_probe=exec_probe(["scontrol", "ping"], period=15),
+                    lifecycle=accounting_before_stop() if config.slurm.accounting.enabled else None,
                     volume_mounts=[
                         mount("slurm-config", CONFIG_DIR, read_only=True),
+                        *([mount("programs", PROGRAM_DIR, read_only=True)] if config.slurm.accounting.enabled else []),
                         mount("state", site.state_save_location),
                         mount("run", site.run_dir),
                         mount("tmp", "/tmp"),

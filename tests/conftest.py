@@ -7,6 +7,7 @@ without the namespace prefix, deep-copied per test so a test may mutate them.
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,18 @@ if str(ROOT) not in sys.path:
 from dualsched.config import StackConfig, parse_stack_config  # noqa: E402
 STACKS = ("dev", "prod")
 _PREFIX = "dualsched:"
+SHARD_VARIABLE = "DUALSCHED_TEST_SHARD"
+"""K/N: run every N-th test from the K-th on. `make test` runs the unit tier's two halves in its two lanes
+(tools/test-tiers.sh); each half is as long as the other within seconds, whichever files grow."""
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get(SHARD_VARIABLE)
+    if not shard:
+        return
+    number, count = (int(part) for part in shard.split("/"))
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % count != number - 1])
+    items[:] = [item for k, item in enumerate(items) if k % count == number - 1]
 
 
 def stack_file(stack: str) -> Path:

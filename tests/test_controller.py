@@ -13,7 +13,7 @@ import pytest
 
 from dualsched.components.identity import users_annotation
 from dualsched.components.controller import (
-    ACCOUNTING_STATE, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
+    ACCOUNTING_BEFORE_STOP, ACCOUNTING_STATE, ACCOUNTING_WAIT_LIMIT, CONFIG_HASH_ANNOTATION, CORDON_DIR, CORDON_DRAIN, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP,
     RECONFIGURE_INTERVAL, WINDOW_RESERVATIONS, controller_programs, reconfigure_loop,
 )
 from dualsched.components.identity import SLURM_UID
@@ -507,3 +507,55 @@ def test_the_state_directory_is_given_to_slurm_user_first_whatever_the_volumes_f
 def test_without_accounting_the_controller_waits_for_nothing():
     rendered = render_raw(variant("dev", lambda raw: raw["slurm"].update(accounting={"enabled": False})))
     assert [c["name"] for c in pod_spec(_statefulset(rendered))["initContainers"]] == ["state-owner", "munged"]
+    slurmctld = container(_statefulset(rendered), "slurmctld")
+    assert "lifecycle" not in slurmctld and PROGRAM_DIR not in mounts(slurmctld)
+    assert ACCOUNTING_BEFORE_STOP not in controller_programs(rendered.config)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_slurmctld_stops_once_slurmdbd_has_every_jobs_record_within_its_grace(stack):
+    """The kubelet runs the preStop hook, then sends SIGTERM; both within the pod's grace (a job started just before
+    a stop was recorded as root's: components/programs/accounting_before_stop.sh)."""
+    rendered = render_stack(stack)
+    slurmctld = container(_statefulset(rendered), "slurmctld")
+    assert slurmctld["lifecycle"]["preStop"]["exec"]["command"] == [
+        "sh", f"{PROGRAM_DIR}/{ACCOUNTING_BEFORE_STOP}", str(ACCOUNTING_WAIT_LIMIT)]  # fmt: skip
+    assert mounts(slurmctld)[PROGRAM_DIR]["name"] == "programs"
+    assert ACCOUNTING_BEFORE_STOP in controller_programs(rendered.config)
+    assert pod_spec(_statefulset(rendered))["terminationGracePeriodSeconds"] >= ACCOUNTING_WAIT_LIMIT + 20
+
+
+def _run_before_stop(tmp_path: Path, queue: str, records: str, squeue_status: int = 0) -> subprocess.CompletedProcess:
+    """accounting_before_stop.sh with a limit of 1 s, a fake `squeue` printing ``queue`` (its id:STATE lines) and a
+    fake `sacct` printing ``records`` (JobIDRaw|State) when asked for exactly the queue's jobs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    ids = ",".join(line.split(":")[0] for line in queue.replace("\\n", " ").split())
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\n[ \"$*\" = \"--all --noheader --format=%A:%T\" ] || exit 2\nprintf '{queue}'\nexit {squeue_status}\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncase \"$*\" in *\"--format=JobIDRaw,State --jobs={ids}\") printf '{records}';; *) exit 2;; esac\n")
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    return subprocess.run(["sh", str(Path(__file__).resolve().parent.parent / "components" / "programs" / ACCOUNTING_BEFORE_STOP), "1"],
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)  # fmt: skip
+
+
+@pytest.mark.parametrize("queue, records, waits_for", [
+    ("7:PENDING\\n8:RUNNING\\n9:COMPLETING\\n", "7|PENDING\\n8|RUNNING\\n9|COMPLETED\\n", ""),  # every record as slurmctld knows it
+    ("7:PENDING\\n8:RUNNING\\n9:COMPLETING\\n", "7|PENDING\\n8|PENDING\\n", " 8 9"),  # 8 only pending there, 9 not there
+    ("12:SUSPENDED\\n", "12|CANCELLED by 0\\n", ""),  # a record past PENDING, whatever its words
+    ("", "", ""),  # no job
+])  # fmt: skip
+def test_the_stop_hook_waits_for_a_record_of_each_job_and_for_started_jobs_past_pending(tmp_path, queue, records, waits_for):
+    started = time.monotonic()
+    result = _run_before_stop(tmp_path, queue, records)
+    assert result.returncode == 0, result.stderr
+    if waits_for:
+        assert result.stderr == f"slurmctld stops before slurmdbd has a record of job(s){waits_for} as slurmctld knows it\n"
+        assert time.monotonic() - started >= 1
+    else:
+        assert result.stderr == "" and time.monotonic() - started < 1
+
+
+def test_the_stop_hook_lets_slurmctld_stop_when_squeue_gets_no_answer(tmp_path):
+    result = _run_before_stop(tmp_path, "", "", squeue_status=1)
+    assert (result.returncode, result.stderr) == (0, "")

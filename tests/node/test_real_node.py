@@ -451,7 +451,7 @@ def test_deleting_the_slurmctld_pod_loses_no_job(cluster):
     assert cluster.job_state(job_id) in ("RUNNING", "COMPLETING", "COMPLETED")
     cluster.wait_for_slurm(f"job {job_id} to complete", lambda: cluster.job_state(job_id) == "COMPLETED", timeout=180)
     record = cluster.wait_for_slurm("sacct to record it", lambda: (r := cluster.sacct(job_id)) and r["State"] == "COMPLETED" and r)
-    if record["User"] != "alice":  # seen now and then (root): leave the controller's and slurmdbd's logs behind
+    if record["User"] != "alice":  # root's, with no partition, without the stop hook: leave the daemons' logs behind
         cluster.world.diagnose_slurm(f"sacct recorded alice's job {job_id} as another user's after slurmctld-0 was replaced: {record}",
                                      SLURM_NS)  # fmt: skip
     assert record["User"] == "alice", record

@@ -773,7 +773,7 @@ class LocalCluster(SlurmClient):
 
     def sacct(self, job_id: int) -> list[dict[str, str]]:
         """The job's allocation record in accounting (``sacct -X``)."""
-        fields = ("JobID", "State", "Partition", "AllocTRES", "ExitCode")
+        fields = ("JobID", "User", "State", "Partition", "AllocTRES", "ExitCode")
         out = self.run("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
                        f"--format={','.join(fields)}")  # fmt: skip
         return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
