@@ -243,6 +243,19 @@ host_setup() {
   mkdir -p "$HOST_KUBELET_DIR/device-plugins"
 }
 
+# /run/netns a mount point of its own, shared, before any node of either kind starts. `ip netns add` (the
+# namespaced nodes) makes it one when it is not, by binding it onto itself with what is mounted in it
+# (iproute2's netns_add: MS_BIND|MS_REC): each network namespace a containerd had mounted there before is then
+# mounted twice, its first mount left under the new one. containerd unmounts the one it sees when the pod ends
+# and cannot unlink the file (EBUSY: still a mount point in this namespace), so the pod never ends: the one-node
+# tier's login pod stayed Terminating after the multi-node tier started beside it on a fresh machine, and its
+# Deployment (Recreate) never got a new pod. Made here first, under a lock, nothing is under it yet.
+netns_dir_setup() {
+  mkdir -p /run/netns "$OWNER_DIR"
+  flock "$OWNER_DIR/netns.lock" sh -c 'mountpoint -q /run/netns || mount --bind /run/netns /run/netns'
+  mount --make-shared /run/netns
+}
+
 # ------------------------------------------------------------------ namespaced nodes
 # The root namespace's side: one bridge for every node's link, its address the nodes' way to the API
 # server, and a route to each node's pods through that node.
@@ -526,6 +539,7 @@ cmd_up() {
   no_nvidia_driver || die "NVIDIA's driver is loaded here (/proc/driver/nvidia): the GPU double's /dev/nvidiaK would stand in for real GPUs"
   [ -z "$NODES" ] || [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "DUALSCHED_NODES must be a number of nodes, 1 to 99 (got $NODES)"
   install_debs
+  netns_dir_setup
   if [ -z "$NODES" ]; then
     claim_machine host
     use_host_node

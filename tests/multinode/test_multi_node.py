@@ -41,6 +41,20 @@ def test_four_real_nodes_each_with_its_own_address_runtime_and_gpus(nodes):
         assert ready == "True", name
 
 
+def netns_mounts_outside_the_netns_mount(mountinfo: str) -> list[str]:
+    """Network namespaces mounted in /run/netns whose mount does not sit on /run/netns' own mount point: the first
+    of two mounts that `ip netns add` leaves when /run/netns becomes a mount point after they were made."""
+    mounts = [line.split() for line in mountinfo.splitlines()]
+    [netns_dir] = [fields[0] for fields in mounts if fields[4] == "/run/netns"]
+    return [fields[4] for fields in mounts if fields[4].startswith("/run/netns/") and fields[1] != netns_dir]
+
+
+def test_the_nodes_network_namespaces_leave_every_pods_network_namespace_mounted_once(nodes):
+    """The namespaced nodes' `ip netns add` made /run/netns a mount point after the one-node tier's containerd (beside
+    this tier) had mounted pods' namespaces there: those pods then never ended (tools/node.sh netns_dir_setup)."""
+    assert netns_mounts_outside_the_netns_mount(Path("/proc/self/mountinfo").read_text()) == []
+
+
 def test_pools_place_slurmd_and_the_model_server_on_their_own_nodes(nodes):
     pods = nodes.slurmd_pods()
     placed = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods}
