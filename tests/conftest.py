@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
         return
     number, count = (int(part) for part in shard.split("/"))
     config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % count != number - 1])
-    items[:] = [item for k, item in enumerate(items) if k % count == number - 1]
+    items[:] = items[number - 1::count]
 
 
 def stack_file(stack: str) -> Path:
