@@ -24,10 +24,14 @@ MODEL = "tiny"
 CLIENTS_NS = "checkpoint-clients"
 CLIENT = "client"
 SERVED = f"http://{MODEL}.{INFERENCE_NS}.svc.cluster.local/v1/models"
+# The client stops when its stdin closes, so that its last answer is whole: a client killed in the middle
+# of a line left a cut one ("ok") that read as a failed request.
 POLL = f"""
-import json, sys, time, urllib.request
+import json, sys, threading, time, urllib.request
 end = time.time() + float(sys.argv[1])
-while time.time() < end:
+stdin_closed = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stdin_closed.set()), daemon=True).start()
+while time.time() < end and not stdin_closed.is_set():
     try:
         with urllib.request.urlopen("{SERVED}", timeout=3) as response:
             print("ok", json.load(response)["data"][0]["root"], flush=True)
@@ -95,8 +99,8 @@ class Promotion:
     def up_while_calling(self, revision: Optional[str]) -> list[str]:
         """`pulumi up` to ``revision`` while the client calls the Service; every answer, in order."""
         poller = subprocess.Popen(
-            ["kubectl", "exec", "-n", CLIENTS_NS, CLIENT, "--", "python3", "-c", POLL, "300"],
-            env=self.world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ["kubectl", "exec", "-i", "-n", CLIENTS_NS, CLIENT, "--", "python3", "-c", POLL, "300"],
+            env=self.world.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
             time.sleep(3)  # answers from the server before the change
@@ -104,8 +108,11 @@ class Promotion:
             wait_until(f"the server rolled out to {revision}", lambda: self.rolled_out(revision), timeout=240, every=2)
             time.sleep(DRAIN_SECONDS + 3)  # answers once the old server has stopped
         finally:
-            poller.terminate()
-            out, err = poller.communicate(timeout=30)
+            try:
+                out, err = poller.communicate(timeout=30)  # closes the client's stdin: it ends after its answer
+            except subprocess.TimeoutExpired:
+                poller.kill()
+                raise
         answers = out.splitlines()
         assert answers, f"the client printed nothing: {err}"
         return answers
