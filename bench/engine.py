@@ -175,6 +175,9 @@ class World:
             "DUALSCHED_SCHEDULER_PORT": str(self.ports["scheduler"]),
             "PULUMI_HOME": str(self.tmp / "pulumi-home"),
             "KUBECONFIG": str(self.cluster_dir / "kubeconfig"),
+            # the fleet's nodes renew no Lease (as when bench/ENGINE-RESULTS.md was measured): at 4,096 nodes the
+            # Leases would add about 400 writes a second, which a real fleet's kubelets send to its own API server
+            "DUALSCHED_KWOK_NODE_LEASE_SECONDS": "0",
         })
         if "DUALSCHED_TOOLS_CACHE" in os.environ:
             base["DUALSCHED_TOOLS_CACHE"] = os.environ["DUALSCHED_TOOLS_CACHE"]

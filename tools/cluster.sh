@@ -20,6 +20,9 @@
 # never reused (Retain); the next `up` tops the pool up with new ones.
 #
 # State: ${DUALSCHED_CLUSTER_DIR:-$HOME/.cache/dualsched-cluster}  (kubeconfig, pki, logs, pids, etcd data)
+# Fake nodes' heartbeat: DUALSCHED_KWOK_NODE_LEASE_SECONDS (40) is each node's Lease, renewed every quarter of
+#   it as a kubelet does; 0: no Lease, only KWOK's status heartbeat (20-45 s apart, which a loaded machine
+#   pushed past the controller manager's 50 s grace: nodes went NotReady and their pods lost Ready for good).
 # Ports (env): DUALSCHED_APISERVER_PORT (6443), DUALSCHED_ETCD_PORT (23790, peer = +1),
 #              DUALSCHED_KCM_PORT (10257), DUALSCHED_SCHEDULER_PORT (10259)
 # Binaries: ${DUALSCHED_TOOLS_CACHE:-$HOME/.cache/dualsched-tools}/<tool>-<version>/bin (tools/versions.env)
@@ -347,6 +350,7 @@ cmd_up() {
     --config "$HERE/kwok/stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds "${DUALSCHED_KWOK_NODE_LEASE_SECONDS:-40}" \
     --node-ip 10.0.0.1 --cidr 10.244.0.1/16
 
   create_nodes "$nodes_file"
