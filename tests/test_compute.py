@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from dualsched.components.compute import (
-    GRANT_MKNOD_ON_HELD_DEVICES, NVIDIA_PROC_GPUS, V1_DEVICES, newer_mount_namespaces_on_every_cpu, only_the_pods_gpus_listed,
+    GRANT_MKNOD_ON_HELD_DEVICES, NVIDIA_PROC_GPUS, V1_DEVICES, many_mount_namespaces_on, newer_mount_namespaces_on_every_cpu, only_the_pods_gpus_listed,
     slurmd_resources,
     task_prolog_config_map_name, wait_for_the_primary,
 )
@@ -201,6 +201,27 @@ def test_every_slurmd_first_makes_mount_namespaces_on_each_cpu_until_one_newer_t
             run = next(path for path, mount in mounts(slurmd).items() if mount["name"] == "run")
             step = "{ " + newer_mount_namespaces_on_every_cpu(run) + "; }"
             assert step in slurmd["command"][2] and slurmd["command"][2].index(step) < slurmd["command"][2].index('exec "$@"'), pool
+
+
+@pytest.mark.parametrize(("perl_works", "made_by"), [(True, ["perl 5 272"]), (False, ["unshare"] * 5)])
+def test_many_mount_namespaces_are_made_by_one_perl_process_or_else_by_unshare_processes(tmp_path, perl_works, made_by):
+    """`many_on 1 5` on x86_64, with fakes that log: taskset runs its command, perl calls unshare(2) (its number)
+    the times asked, or fails (no perl), and then `unshare --mount` runs that many times instead."""
+    log = tmp_path / "made"
+    fakes = {
+        "taskset": 'shift 2; exec "$@"',
+        "uname": "echo x86_64",
+        "perl": (f'n=$(echo "$2" | sed -n "s/for (1\\.\\.\\([0-9]*\\)).*syscall(\\([0-9]*\\), 131072).*/\\1 \\2/p");'
+                 f' echo "perl $n" >> {log}' if perl_works else "exit 127"),
+        "unshare": f'[ "$*" = "--mount true" ] && echo unshare >> {log}',
+    }  # fmt: skip
+    for name, body in fakes.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    script = "true" + many_mount_namespaces_on() + " && many_on 1 5"
+    result = subprocess.run(["sh", "-c", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().split("\n")[:-1] == made_by
 
 
 @pytest.mark.parametrize(("listed", "exit_code"), [(3, 0), (4, 0), (5, 1)])
