@@ -19,8 +19,8 @@ from dualsched.components.munge import munge_socket_mount, munge_volumes, munged
 from dualsched.components.nodepools import slurmd_node_selector
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
-    ENROOT_CONF, ENROOT_TASK_PROLOG_MOUNTS, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, TASK_PROLOG, Site, render_enroot_conf,
-    render_enroot_mounts, render_health_settings, task_prolog_path,
+    ENROOT_CONF, ENROOT_TASK_PROLOG_MOUNTS, HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, TASK_PROLOG, Site, dynamic_node_options,
+    render_enroot_conf, render_enroot_mounts, render_health_settings, task_prolog_path,
 )
 from dualsched.config.models import (
     GPU_RESOURCE, CgroupVersion, GpuAutoDetect, NodePool, PoolContainers, PoolMode, SlurmUser, StackConfig, Taint,
@@ -246,11 +246,20 @@ def pool_enroot(config: StackConfig, pool: NodePool) -> Optional[PoolContainers]
     return PoolContainers() if config.runs_containers else None
 
 
+def slurmd_arguments(pool: NodePool, site: Site, node_name: str = "$(NODE_NAME)") -> list[str]:
+    """slurmd's own command line: in the foreground, as its Kubernetes node, its files from the controllers. A node
+    of a pool whose nodes join by label is in no NodeName line: it registers as a dynamic node of its pool (and
+    again as one after a restart)."""
+    slurmd = ["slurmd", "-D", "-N", node_name, "--conf-server", conf_servers(site)]
+    if pool.join_by_label:
+        slurmd += ["-Z", "--conf", dynamic_node_options(pool)]
+    return slurmd
+
+
 def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]:
     """slurmd in the foreground; once the primary controller answers (or has had its time) when there is a
     backup; unprivileged, after making its own cgroup writable; once jobs' mount namespaces can be kept on
     every CPU; with the users' homes made, and Enroot's directories ready where Pyxis runs (pool_enroot)."""
-    slurmd = ["slurmd", "-D", "-N", "$(NODE_NAME)", "--conf-server", conf_servers(site)]
     steps = []
     if len(site.controller_hosts) > 1:
         steps.append(wait_for_the_primary(site, config.slurm.controller.slurmctld_timeout))
@@ -267,7 +276,7 @@ def slurmd_command(config: StackConfig, pool: NodePool, site: Site) -> list[str]
     enroot = pool_enroot(config, pool)
     if enroot is not None:
         steps.append(enroot_directories(enroot, config.slurm.users))
-    return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd]
+    return ["sh", "-c", " && ".join(f"{{ {step}; }}" for step in steps) + ' && exec "$@"', "slurmd", *slurmd_arguments(pool, site)]
 
 
 def slurmd_image(config: StackConfig) -> str:

@@ -31,6 +31,7 @@ from dualsched.components.munge import munge_socket_mount, munge_volumes, munged
 from dualsched.components.programs import source
 from dualsched.components.tokens import jwt_key_mount, jwt_key_volume
 from dualsched.components.namespace import SLURMCTLD_PORT
+from dualsched.components.nodepools import GUARDED_POOL_LABEL, KEPT_BY_LABEL, pool_labels
 from dualsched.components.slurm_config import CONFIG_DIR, SLURM_CONF, SLURM_CONF_ENV
 from dualsched.components.slurm_files import (
     ACCOUNTING_STATE_FILE, CONTROLLER_SERVICE, NODES_BY_RECONFIGURE_SINCE, WINDOW_RESERVATIONS_FILE, Site,
@@ -57,6 +58,9 @@ CORDON_WATCH_NODES = "cordon-watch-nodes"
 CORDON_DIR = "/run/dualsched-cordon"
 CORDONED_FILE = f"{CORDON_DIR}/cordoned"
 """cordon_watch.py's list of cordoned pool nodes; cordon_drain.sh drains them. Absent without the watcher."""
+LEFT_FILE = f"{CORDON_DIR}/left"
+"""cordon_watch.py's list of the nodes that left a pool they joined by label; cordon_drain.sh drains them, then
+deletes them from Slurm."""
 PROGRAMS_CONFIG_MAP = "slurmctld-programs"
 
 # The kubelet swaps a changed ConfigMap into the mounted directory atomically; when the files
@@ -117,7 +121,7 @@ def reconfigure_loop(slurmctld_timeout: int, release: tuple[int, int]) -> str:
         "if in_charge; then "
         f"sh {PROGRAM_DIR}/{WINDOW_RESERVATIONS} {CONFIG_DIR}/{WINDOW_RESERVATIONS_FILE}; "
         f"sh {PROGRAM_DIR}/{ACCOUNTING_STATE} {CONFIG_DIR}/{ACCOUNTING_STATE_FILE}; "
-        f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE}; "
+        f"sh {PROGRAM_DIR}/{CORDON_DRAIN} {CORDONED_FILE} {LEFT_FILE}; "
         f"sh {PROGRAM_DIR}/{RESUME_REGISTERED}; "
         f"now=$(cat {CONFIG_DIR}/*.conf | cksum); "
         'if [ "$now" != "$seen" ]; then '
@@ -179,6 +183,7 @@ def cordon_watch(image: str) -> k8s.core.v1.ContainerArgs:
         env=[
             k8s.core.v1.EnvVarArgs(name="WATCH_NODES_FILE", value=f"{PROGRAM_DIR}/{CORDON_WATCH_NODES}"),
             k8s.core.v1.EnvVarArgs(name="WATCH_OUT_FILE", value=CORDONED_FILE),
+            k8s.core.v1.EnvVarArgs(name="WATCH_LEFT_FILE", value=LEFT_FILE),
             k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
         ],
         # ready once a round has read every pool node; alive while it can read the nodes it watches
@@ -360,7 +365,7 @@ class SlurmController(pulumi.ComponentResource):
     def _programs(config: StackConfig) -> dict[str, str]:
         programs = {name: source(name) for name in controller_programs(config)}
         if config.slurm.health_check.drain_cordoned:
-            programs[CORDON_WATCH_NODES] = "".join(f"{node}\n" for node in slurm_nodes(config))
+            programs[CORDON_WATCH_NODES] = watch_list(config)
         return programs
 
     def _node_reader(
@@ -442,6 +447,18 @@ class SlurmController(pulumi.ComponentResource):
                 *([empty_dir(CORDON_VOLUME, medium="Memory"), node_reader_token_volume()] if watch else []),
             ],
         )
+
+
+def watch_list(config: StackConfig) -> str:
+    """cordon_watch.py's nodes, a line each: every Slurm pool node, and after a node of a pool whose nodes join by label
+    the labels the node keeper sets on its members (the guarded pool label, which no kubelet can set, and this stack's
+    kept-by): without them the node left."""
+    lines = {}
+    for pool in config.slurm_pools:
+        member = {key: value for key, value in pool_labels(config, pool).items() if key in (GUARDED_POOL_LABEL, KEPT_BY_LABEL)}
+        suffix = " " + ",".join(f"{key}={value}" for key, value in member.items()) if pool.join_by_label else ""
+        lines.update({node: f"{node}{suffix}\n" for node in pool.node_names})
+    return "".join(lines[node] for node in sorted(lines))
 
 
 def slurm_nodes(config: StackConfig) -> list[str]:

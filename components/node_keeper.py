@@ -55,7 +55,8 @@ def _window(config: StackConfig, pool: NodePool) -> Optional[dict]:
 
 def desired_state(config: StackConfig) -> dict:
     """What the program reads: the label selector of the nodes it keeps, and each pool's nodes, labels, static taints
-    and (time-shared) inference window."""
+    and (time-shared) inference window; for a pool whose nodes join by label, the selector that makes a node of its
+    bound a member."""
     return {
         "keptBy": f"{KEPT_BY_LABEL}={keeper_namespace(config)}",
         "pools": [
@@ -65,6 +66,7 @@ def desired_state(config: StackConfig) -> dict:
                 "labels": pool_labels(config, pool),
                 "taints": [_taint(t) for t in config.pool_taints(pool)],
                 "window": _window(config, pool),
+                **({"joinSelector": f"{config.placement.pool_label}={pool.name}"} if pool.join_by_label else {}),
             }
             for pool in config.pools
         ]

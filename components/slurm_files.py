@@ -13,7 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import hostlist
 import jinja2
@@ -228,33 +228,59 @@ class _WindowLine:
     nodes: str
 
 
+def _node_line(pool: NodePool, addresses: Optional[str] = None) -> _NodeLine:
+    return _NodeLine(
+        name=pool.name,
+        nodes=compact_hostlist(pool.nodes),
+        addresses=addresses,
+        cpus=pool.cpus,
+        real_memory_mb=pool.real_memory_mb,
+        mem_spec_limit_mb=pool.mem_spec_limit_mb,
+        gpus=pool.slurm_gpu_count,
+        gpu_type=pool.gpu_type,
+    )
+
+
 def _node_lines(config: StackConfig, site: Site) -> list[_NodeLine]:
-    return [
-        _NodeLine(
-            name=pool.name,
-            nodes=compact_hostlist(pool.nodes),
-            addresses=site.node_addresses.get(pool.name),
-            cpus=pool.cpus,
-            real_memory_mb=pool.real_memory_mb,
-            mem_spec_limit_mb=pool.mem_spec_limit_mb,
-            gpus=pool.slurm_gpu_count,
-            gpu_type=pool.gpu_type,
-        )
-        for pool in config.slurm_pools
-    ]
+    """The NodeName lines: the pools whose nodes are listed. A pool whose nodes join by label has none (its nodes
+    register as dynamic nodes) and the gres.conf line of its bound."""
+    return [_node_line(pool, site.node_addresses.get(pool.name)) for pool in config.slurm_pools if not pool.join_by_label]
+
+
+def dynamic_node_options(pool: NodePool) -> str:
+    """What a joining node's slurmd registers (slurmd -Z --conf): its pool's NodeName line without the names, the
+    pool's feature putting it in the pool's NodeSet. Its address is the one it registers from."""
+    line = _node_line(pool)
+    gres = f" Gres={line.gres}" if line.gres else ""
+    return f"CPUs={line.cpus} RealMemory={line.real_memory_mb} MemSpecLimit={line.mem_spec_limit_mb}{gres} Features={pool.name}"
+
+
+def _partition_nodes(config: StackConfig, pools: Sequence[str]) -> str:
+    """A partition's Nodes: the listed pools' nodes, and the NodeSet of each pool whose nodes join by label (named
+    after the pool: NodeSet=<pool> Feature=<pool>), which takes each node as it registers."""
+    listed = [config.pool(name).nodes for name in pools if not config.pool(name).join_by_label]
+    return ",".join([*([compact_hostlist(",".join(listed))] if listed else []), *(name for name in pools if config.pool(name).join_by_label)])
 
 
 def _partition_lines(config: StackConfig) -> list[_PartitionLine]:
     return [
         _PartitionLine(
             name=partition.name,
-            nodes=compact_hostlist(",".join(config.pool(name).nodes for name in partition.pools)),
+            nodes=_partition_nodes(config, partition.pools),
             default=partition.default,
             max_time=partition.max_time,
             priority_tier=partition.priority_tier,
         )
         for partition in config.slurm.partitions
     ]
+
+
+def max_node_count(config: StackConfig) -> Optional[int]:
+    """MaxNodeCount where nodes join by label: room for every listed node and every name a joining pool's bound
+    allows (Slurm sizes its node table by it). None without joining pools: Slurm counts slurm.conf's nodes."""
+    if not any(pool.join_by_label for pool in config.slurm_pools):
+        return None
+    return sum(len(pool.node_names) for pool in config.slurm_pools)
 
 
 def _window_lines(config: StackConfig) -> list[_WindowLine]:
@@ -471,6 +497,11 @@ def render_slurm_files(config: StackConfig, site: Site) -> dict[str, str]:
         "health_program": f"{site.health_check_dir}/{HEALTH_PROGRAM}",
         "task_prolog": task_prolog_path(config, site),
         "fabric": any(pool.fabric for pool in config.slurm_pools),
+        # gres.conf names a joining pool's bound: slurmd takes the line whose names hold its own.
+        "gres_pools": [_node_line(pool) for pool in config.slurm_pools],
+        "node_sets": [pool.name for pool in config.slurm_pools if pool.join_by_label],
+        "max_node_count": max_node_count(config),
+        "fans_out_to_dynamic_nodes": config.slurm.release_version >= NODES_BY_RECONFIGURE_SINCE,
         "job_container": job_container_option(config),
     }
     return {name: _environment.get_template(f"{name}.j2").render(context) for name in SLURM_FILES}
@@ -520,22 +551,28 @@ def config_hash(files: Mapping[str, str]) -> str:
 
 # slurm.conf(5): changing these needs slurmctld (and slurmd) restarted, not `scontrol reconfigure`.
 # Everything else is reloaded in place.
+NODE_TABLE_KEYS = ("NodeName", "NodeSet", "MaxNodeCount", "TreeWidth")
+"""What sizes or shapes slurmctld's node table: before Slurm 23.11 a reconfigure that changes it is refused (22.05's
+read_config.c: "MaxNodeCount has changed ... during reconfig, slurmctld must be restarted", a fatal error)."""
 RESTART_KEYS = (
     "AccountingStorageEnforce", "AuthType", "AuthInfo", "AuthAltTypes", "AuthAltParameters", "ClusterName", "GresTypes",
-    "JobContainerType", "NamespaceType", "NodeName", "ProctrackType", "PrologFlags", "SelectType", "SelectTypeParameters",
+    "JobContainerType", "NamespaceType", "ProctrackType", "PrologFlags", "SelectType", "SelectTypeParameters",
     "SlurmctldHost", "SlurmctldParameters", "SlurmctldPort", "SlurmdPort", "SlurmUser", "StateSaveLocation", "TaskPlugin",
+    *NODE_TABLE_KEYS,
 )
 NODES_BY_RECONFIGURE_SINCE = (23, 11)
 """Slurm 23.11's `scontrol reconfigure` starts slurmctld anew in place (fork and exec, the listening sockets
 handed over, the state read back) and slurmd likewise, so adding, removing or resizing nodes no longer needs a
 restart: slurm.conf(5) of 24.11 says node changes "require restarting or reconfiguring all slurmctld and slurmd
-daemons" (23.02's: "require restarting"). Before it, NodeName lines are restart keys."""
+daemons" (23.02's: "require restarting"), and MaxNodeCount no longer says it needs a restart. Before it, the
+node table's keys are restart keys. The same release fans out to dynamic nodes (dynamic_nodes.html of 23.11;
+22.05's needs TreeWidth=65533)."""
 
 
 def restart_keys(release: tuple[int, int]) -> tuple[str, ...]:
     """The slurm.conf options whose change restarts slurmctld, for a Slurm release."""
     if release >= NODES_BY_RECONFIGURE_SINCE:
-        return tuple(key for key in RESTART_KEYS if key != "NodeName")
+        return tuple(key for key in RESTART_KEYS if key not in NODE_TABLE_KEYS)
     return RESTART_KEYS
 
 

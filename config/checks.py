@@ -249,6 +249,20 @@ def windows_match_modes(config: StackConfig) -> Iterator[Problem]:
                           pool.inference_window.start)
 
 
+def joining_pools_are_watched(config: StackConfig) -> Iterator[Problem]:
+    """A pool whose nodes join by label runs slurmd as dynamic Slurm nodes: the daily window's reservation names its
+    nodes (time-shared), and a node that leaves is found by slurmctld's node watcher, which drainCordoned runs."""
+    for index, pool in enumerate(config.pools):
+        if not pool.join_by_label:
+            continue
+        path = f"pools[{index}].joinByLabel"
+        if pool.mode not in (PoolMode.DEDICATED, PoolMode.PARTITIONED):
+            yield Problem(path, f"only a dedicated or partitioned pool's nodes join by label (mode is '{pool.mode.value}')", True)
+        elif config.slurm is not None and not config.slurm.health_check.drain_cordoned:
+            yield Problem(path, "needs slurm.healthCheck.drainCordoned: true: the node watcher it runs beside slurmctld "
+                          "drains a node that leaves the pool, and deletes it from Slurm once no job runs there", True)
+
+
 def _nested(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
@@ -793,6 +807,7 @@ CHECKS: tuple[Check, ...] = (
     inference_never_tolerates_slurm,
     inference_fits_on_pools,
     windows_match_modes,
+    joining_pools_are_watched,
     containers_fit_pools,
     fabric_reaches_slurmd,
     slurmd_pods_fit_their_nodes,

@@ -453,7 +453,14 @@ class NodePool(TypedDict):
     name: pulumi.Input[str]
     """Pool name: the value of the pool label on its nodes and the Slurm NodeSet/Feature."""
     nodes: pulumi.Input[str]
-    """Node names as a Slurm hostlist expression, e.g. 'gpu-[001-064]'; they are the Kubernetes node names."""
+    """Node names as a Slurm hostlist expression, e.g. 'gpu-[001-064]'; they are the Kubernetes node names. With
+joinByLabel, the names a node may have to join the pool (a bound), not a list of nodes that must exist."""
+    join_by_label: NotRequired[pulumi.Input[bool]]
+    """A Kubernetes node named within nodes that carries the pool label (placement.poolLabel=<name>, from a node
+group's template, an autoscaler or `kubectl label`) becomes a Slurm node of the pool by itself, without a
+`pulumi up`: its slurmd registers as a dynamic node (slurmd -Z) with the pool's CPUs, memory, GPUs and feature,
+and the partitions take it by NodeSet. A node that loses the label or leaves Kubernetes is drained, then deleted
+from Slurm once no job runs on it (docs/node-pools.md)."""
     mode: NotRequired[pulumi.Input[str]]
     """How the pool's GPUs are shared between Slurm and Kubernetes. One of: 'dedicated', 'partitioned', 'kubernetes', 'time-shared'."""
     gpus_per_node: NotRequired[pulumi.Input[int]]

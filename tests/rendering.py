@@ -155,6 +155,19 @@ def without_containers(raw: dict[str, Any]) -> None:
         pool.pop("containers", None)
 
 
+def with_joining_pool(raw: dict[str, Any], name: str = "burst", nodes: str = "burst-[001-064]", like: str = "gpu") -> dict[str, Any]:
+    """``raw`` with a pool whose nodes join by label, like pool ``like`` but named ``name`` and bounded by ``nodes``,
+    in every partition of ``like`` (and the node watcher it needs)."""
+    pool = copy.deepcopy(next(pool for pool in raw["pools"] if pool["name"] == like))
+    pool.update(name=name, nodes=nodes, joinByLabel=True)
+    raw["pools"].append(pool)
+    for partition in raw["slurm"]["partitions"]:
+        if like in partition["pools"]:
+            partition["pools"].append(name)
+    raw["slurm"].setdefault("healthCheck", {})["drainCordoned"] = True
+    return raw
+
+
 def variant(name: str, edit) -> dict[str, Any]:
     """A stack's raw config after ``edit(raw)`` (which mutates it in place)."""
     raw = raw_stack(name)

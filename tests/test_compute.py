@@ -17,9 +17,11 @@ from dualsched.components.compute import (
     task_prolog_config_map_name, wait_for_the_primary,
 )
 from dualsched.components.programs import source
-from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site
+from dualsched.components.slurm_files import ControllerHost, DatabaseEndpoint, Site, kubernetes_site, render_slurm_files
 from dualsched.config import ConfigError, parse_stack_config
-from rendering import container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume, without_containers
+from rendering import (
+    container, mounts, own_images, pod_spec, render_raw, render_stack, variant, volume, with_joining_pool, without_containers,
+)
 
 POOL_LABEL = "dualsched.io/pool"
 GUARDED_POOL_LABEL = "node-restriction.kubernetes.io/dualsched-pool"
@@ -515,3 +517,15 @@ def test_a_runtime_class_reaches_slurmd_and_the_model_servers():
     assert "runtimeClassName" not in pod_spec(daemonsets["h100-a"])
     servers = rendered.by_kind("Deployment")
     assert {pod_spec(d).get("runtimeClassName") for d in servers if d.manifest["metadata"]["namespace"] == "inference"} == {"nvidia-cdi"}
+
+
+def test_a_joining_pools_slurmd_registers_as_a_dynamic_node_with_its_pools_node_line():
+    """slurmd -Z --conf: the options of the pool's NodeName line as a listed pool would have it, the feature that puts
+    it in the pool's NodeSet; its name is its Kubernetes node's."""
+    rendered = render_raw(with_joining_pool(variant("dev", lambda raw: None)))  # dev: pool gpu, partitioned
+    burst, gpu = (container(_daemonsets(rendered)[name], "slurmd")["command"] for name in ("burst", "gpu"))
+    assert burst[-3:] == ["-Z", "--conf", "CPUs=32 RealMemory=128000 MemSpecLimit=1024 Gres=gpu:6 Features=burst"]
+    assert burst[burst.index("-N") + 1] == "$(NODE_NAME)" and "-Z" not in gpu
+    listed = next(line for line in render_slurm_files(rendered.config, kubernetes_site(rendered.config))["slurm.conf"].splitlines()
+                  if line.startswith("NodeName=gpu-"))  # fmt: skip
+    assert burst[-1].replace("Features=burst", "Features=gpu") in listed

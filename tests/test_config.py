@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from dualsched.config import ConfigError, ConfigKey, StackConfig, load_pulumi_config, load_stack_file, parse_stack_config
 from dualsched.config.checks import Problem
 from dualsched.config.models import PoolMode, Taint, TaintEffect
-from rendering import own_images
+from rendering import own_images, with_joining_pool
 from tests.conftest import ROOT, raw_stack, stack_file
 
 SLURM_TAINT = "dualsched.io/slurm"
@@ -1166,3 +1166,20 @@ def test_user_may_not_take_nobodys_uid(dev_raw):
     dev_raw["slurm"]["users"] = [{"name": "bob", "uid": 65534}]
     del dev_raw["submission"]
     assert "slurm.users[0].uid" in [problem.path for problem in rejection(dev_raw).problems]
+
+
+# --------------------------------------------------------------------- pools whose nodes join by label
+
+
+def test_a_joining_pool_needs_the_node_watcher_and_a_mode_that_lists_no_node(dev_raw):
+    raw = with_joining_pool(dev_raw)
+    raw["slurm"]["healthCheck"]["drainCordoned"] = False
+    raw["pools"].append({**raw["pools"][1], "name": "night", "nodes": "night-[1-2]", "mode": "time-shared",
+                         "slurmGpus": None, "inferenceWindow": {"start": "22:00", "durationMinutes": 60}})  # fmt: skip
+    message = str(rejection(raw))
+    assert problem_line("pools[1].joinByLabel").search(message) and "drainCordoned" in message
+    assert re.search(r"pools\[2\]\.joinByLabel: only a dedicated or partitioned pool's nodes join by label \(mode is 'time-shared'\) \(got True\)", message)
+
+
+def test_a_joining_pools_bound_never_overlaps_another_pools_nodes(dev_raw):
+    assert problem_line("pools[1].nodes").search(str(rejection(with_joining_pool(dev_raw, nodes="gpu-[002-009]"))))

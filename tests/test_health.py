@@ -17,11 +17,12 @@ import pytest
 
 from dualsched.components.compute import SHARED_MOUNT, health_config_map_name
 from dualsched.components.controller import CORDON_DIR, CORDON_WATCH, CORDON_WATCH_NODES, PROGRAMS_CONFIG_MAP, slurm_nodes
+from dualsched.components.nodepools import GUARDED_POOL_LABEL, KEPT_BY_LABEL
 from dualsched.components.programs import cordon_watch
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import HEALTH_PROGRAM, HEALTH_SETTINGS_FILE, kubernetes_site, render_health_settings, render_slurm_files
 from dualsched.config import ConfigError, parse_stack_config
-from rendering import container, mounts, pod_spec, render_stack, volume
+from rendering import container, mounts, pod_spec, raw_stack, render_raw, render_stack, volume, with_joining_pool
 from test_namespace import policies, rules
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "components" / "programs"
@@ -127,6 +128,17 @@ def test_only_the_cordon_watcher_holds_a_token_and_it_may_only_get_the_pool_node
     assert programs[CORDON_WATCH_NODES].split() == slurm_nodes(rendered.config)
 
 
+def test_the_watcher_gets_a_joining_pools_bound_by_name_with_the_labels_of_its_members():
+    rendered = render_raw(with_joining_pool(raw_stack("dev"), nodes="burst-[001-002]"))
+    watched = rendered.named("ConfigMap", PROGRAMS_CONFIG_MAP, "slurm").manifest["data"][CORDON_WATCH_NODES]
+    members = f"{GUARDED_POOL_LABEL}=burst,{KEPT_BY_LABEL}=slurm"
+    assert watched == f"burst-001 {members}\nburst-002 {members}\ngpu-001\ngpu-002\n"
+    [role] = [r for r in rendered.by_kind("ClusterRole") if "slurmctld-node-reader" in r.name]
+    assert role.manifest["rules"][0]["resourceNames"] == ["burst-001", "burst-002", "gpu-001", "gpu-002"]
+    loop = container(rendered.named("StatefulSet", "slurmctld", "slurm"), "reconfigure")["command"][-1]
+    assert f"cordon_drain.sh {CORDON_DIR}/cordoned {CORDON_DIR}/left;" in loop
+
+
 def test_without_drain_cordoned_no_watcher_account_or_role():
     rendered = render_stack("dev")
     spec = pod_spec(rendered.named("StatefulSet", "slurmctld", "slurm"))
@@ -150,6 +162,7 @@ def fake_scontrol(bin_dir: Path, records: dict[str, tuple[str, Optional[str]]], 
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = update ]; then shift; echo "$*" >> {log}; exit 0; fi\n'
+        f'if [ "$1" = delete ]; then echo "$*" >> {log}; exit 0; fi\n'
         f'name=$4; if [ -z "$name" ]; then cat {bin_dir}/records; else grep "^NodeName=$name " {bin_dir}/records; fi\n'
     )
     script.chmod(0o755)
@@ -255,16 +268,19 @@ def test_a_mounted_writable_directory_passes_the_shared_check(node, tmp_path):
 # ------------------------------------------------------------------------ cordon_drain.sh
 
 
-def run_cordon_drain(tmp_path: Path, records: dict[str, tuple[str, Optional[str]]], listed: Optional[list[str]]) -> list[str]:
+def run_cordon_drain(
+    tmp_path: Path, records: dict[str, tuple[str, Optional[str]]], listed: Optional[list[str]], left: Optional[list[str]] = None
+) -> list[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "updates"
     fake_scontrol(bin_dir, records, log)
-    cordoned = tmp_path / "cordoned"
-    if listed is not None:
-        cordoned.write_text("".join(f"{name}\n" for name in listed))
+    cordoned, gone = tmp_path / "cordoned", tmp_path / "left"
+    for path, names in ((cordoned, listed), (gone, left)):
+        if names is not None:
+            path.write_text("".join(f"{name}\n" for name in names))
     result = subprocess.run(
-        ["sh", str(PROGRAMS / "cordon_drain.sh"), str(cordoned)],
+        ["sh", str(PROGRAMS / "cordon_drain.sh"), str(cordoned), str(gone)],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -284,6 +300,25 @@ def test_cordoned_nodes_drain_and_uncordoned_ones_resume_only_from_the_cordon_re
     assert run_cordon_drain(tmp_path, records, ["gpu-001", "gpu-002", "gpu-005"]) == [
         "NodeName=gpu-001 State=DRAIN Reason=dualsched:cordon",
         "NodeName=gpu-003 State=RESUME",
+    ]
+
+
+def test_a_node_that_left_its_pool_is_drained_then_deleted_once_no_job_runs_there(tmp_path):
+    records = {
+        "burst-1": ("ALLOCATED", None),  # just left, a job on it: drained, the job runs on
+        "burst-2": ("MIXED+DRAIN", "dualsched:left"),  # its job still runs: nothing yet
+        "burst-3": ("IDLE+DRAIN", "dualsched:left"),  # no job left: deleted
+        "burst-4": ("DOWN+DRAIN+NOT_RESPONDING", "dualsched:cordon"),  # cordoned, then gone from Kubernetes: deleted
+        "burst-5": ("IDLE+COMPLETING+DRAIN", "dualsched:left"),  # its job's epilog runs: not yet
+        "burst-6": ("IDLE+DRAIN", "dualsched:left"),  # labelled back before it was deleted: resumed
+        "burst-7": ("IDLE+DRAIN", "dualsched:left"),  # back, but cordoned meanwhile: stays drained
+        "gpu-001": ("IDLE", None),  # a listed node: never deleted
+    }
+    assert run_cordon_drain(tmp_path, records, ["burst-7"], left=["burst-1", "burst-2", "burst-3", "burst-4", "burst-5"]) == [
+        "NodeName=burst-1 State=DRAIN Reason=dualsched:left",
+        "delete NodeName=burst-3",
+        "delete NodeName=burst-4",
+        "NodeName=burst-6 State=RESUME",
     ]
 
 
@@ -333,10 +368,10 @@ def test_only_a_valid_registration_after_slurms_own_mismatch_reason_resumes_a_no
 
 
 def test_the_watcher_lists_unschedulable_nodes_and_keeps_the_list_when_a_read_fails(tmp_path):
-    out = tmp_path / "cordoned"
+    out, left = tmp_path / "cordoned", tmp_path / "left"
     nodes = {"a": {"spec": {"unschedulable": True}}, "b": {"spec": {}}, "c": None}
-    assert cordon_watch.run_round(["a", "b", "c"], nodes.get, str(out), print)
-    assert out.read_text() == "a\n"
+    assert cordon_watch.run_round(cordon_watch.parse_watched("a\nb\nc\n"), nodes.get, str(out), str(left), print)
+    assert out.read_text() == "a\n" and left.read_text() == ""
 
     def flaky(name: str):
         if name == "b":
@@ -344,9 +379,30 @@ def test_the_watcher_lists_unschedulable_nodes_and_keeps_the_list_when_a_read_fa
         return {"spec": {}}
 
     logged: list[str] = []
-    assert not cordon_watch.run_round(["a", "b"], flaky, str(out), logged.append)
-    assert out.read_text() == "a\n" and "the list stays as it was" in logged[0]
+    assert not cordon_watch.run_round(cordon_watch.parse_watched("a\nb\n"), flaky, str(out), str(left), logged.append)
+    assert out.read_text() == "a\n" and "the lists stay as they were" in logged[0]
     assert not (tmp_path / "cordoned.partial").exists()
+
+
+def test_the_watcher_lists_the_joining_nodes_without_their_member_labels_as_left(tmp_path):
+    """A node of a pool whose nodes join by label is a member while it carries the keeper's labels for the pool and
+    this stack: one that lost them, carries another pool's or stack's, or is not in the cluster, left."""
+    members = {GUARDED_POOL_LABEL: "burst", KEPT_BY_LABEL: "slurm"}
+    watched = cordon_watch.parse_watched(
+        "gpu-001\n" + "".join(f"burst-{k} {GUARDED_POOL_LABEL}=burst,{KEPT_BY_LABEL}=slurm\n" for k in range(1, 6))
+    )
+    assert watched[1] == cordon_watch.Watched("burst-1", members)
+    nodes = {
+        "gpu-001": {"metadata": {"labels": {}}, "spec": {}},  # a listed node: never left
+        "burst-1": {"metadata": {"labels": {**members, "other": "x"}}, "spec": {"unschedulable": True}},  # cordoned member
+        "burst-2": {"metadata": {"labels": {KEPT_BY_LABEL: "slurm"}}, "spec": {}},  # released by the keeper
+        "burst-3": {"metadata": {"labels": {**members, KEPT_BY_LABEL: "other-stack"}}, "spec": {}},
+        "burst-4": None,  # deleted, or never joined
+        "burst-5": {"metadata": {"labels": members}, "spec": {}},
+    }
+    out, left = tmp_path / "cordoned", tmp_path / "left"
+    assert cordon_watch.run_round(watched, nodes.get, str(out), str(left), print)
+    assert out.read_text() == "burst-1\n" and left.read_text() == "burst-2\nburst-3\nburst-4\n"
 
 
 def test_slurmctld_may_reach_the_api_server_only_for_the_cordon_watcher():

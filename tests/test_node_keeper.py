@@ -35,7 +35,7 @@ from dualsched.components.programs.node_keeper import (
     wanted_by_node,
     window_open,
 )
-from rendering import container, pod_spec, render_raw, render_stack, variant
+from rendering import container, pod_spec, raw_stack, render_raw, render_stack, variant, with_joining_pool
 
 SLURM = {"key": "dualsched.io/slurm", "value": "true", "effect": "NoSchedule"}
 WINDOW = {"key": "dualsched.io/inference-window", "value": "closed", "effect": "NoExecute"}
@@ -102,8 +102,8 @@ def test_windows_are_in_utc_whatever_the_clock_says():
 def test_a_closed_window_adds_its_taint_after_the_pools_own():
     dedicated = {"name": "dedicated", "nodes": ["gpu-002"], "labels": POOL_LABELS, "taints": [SLURM], "window": None}
     desired = {"keptBy": KEPT_BY, "pools": [time_shared(9 * 60, 480, taints=[SLURM]), dedicated]}
-    assert wanted_by_node(desired, at("20:00")) == {"gpu-001": Wanted({}, [SLURM, WINDOW]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
-    assert wanted_by_node(desired, at("10:00")) == {"gpu-001": Wanted({}, [SLURM]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
+    assert wanted_by_node(desired, at("20:00"), {}) == {"gpu-001": Wanted({}, [SLURM, WINDOW]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
+    assert wanted_by_node(desired, at("10:00"), {}) == {"gpu-001": Wanted({}, [SLURM]), "gpu-002": Wanted(POOL_LABELS, [SLURM])}
 
 
 # ------------------------------------------------------------------ merge: never touch what is not ours
@@ -158,10 +158,10 @@ def test_a_taint_already_there_is_adopted_without_touching_the_list():
 
 def test_when_the_window_opens_its_taint_and_its_record_go():
     desired = {"keptBy": KEPT_BY, "pools": [time_shared(9 * 60, 480)]}
-    closed = patch_for(node(FOREIGN), wanted_by_node(desired, at("08:59"))["gpu-001"], at("08:59"))
+    closed = patch_for(node(FOREIGN), wanted_by_node(desired, at("08:59"), {})["gpu-001"], at("08:59"))
     assert closed["spec"]["taints"][-1]["key"] == WINDOW["key"]
     after_closing = node(closed["spec"]["taints"], closed["metadata"]["annotations"][OWNED_ANNOTATION])
-    opened = patch_for(after_closing, wanted_by_node(desired, at("09:00"))["gpu-001"], at("09:00"))
+    opened = patch_for(after_closing, wanted_by_node(desired, at("09:00"), {})["gpu-001"], at("09:00"))
     assert opened == {"metadata": {"resourceVersion": "7", "annotations": {OWNED_ANNOTATION: None}}, "spec": {"taints": FOREIGN}}
 
 
@@ -293,6 +293,60 @@ def test_a_node_that_left_every_pool_loses_what_the_keeper_recorded_there_and_no
     assert released["metadata"]["annotations"] == {}  # its records go too: the node is nobody's
     assert lines[0] == "gpu-001: in no pool any more: released" and len(lines) == 1 + len(POOL_LABELS) + 2  # labels, taint
     assert [name for name, _ in api.patches] == ["gpu-001"]  # once; gpu-002 was as wanted
+
+
+def joining_pool(bound: list[str]) -> dict[str, Any]:
+    """Pool h100 whose nodes join by label: a node of ``bound`` labelled dualsched.io/pool=h100 is a member."""
+    return {"name": "h100", "nodes": bound, "labels": {**POOL_LABELS, KEPT_BY_LABEL: "slurm"}, "taints": [SLURM], "window": None,
+            "joinSelector": "dualsched.io/pool=h100"}  # fmt: skip
+
+
+def labelled(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    found = node([], labels={**THEIR_LABELS, **labels})
+    found["metadata"]["name"] = name
+    return found
+
+
+def test_a_node_of_the_bound_labelled_into_a_joining_pool_gets_its_labels_and_taints():
+    """An autoscaler's node template (or `kubectl label`) set the pool label: the node joins. One outside the bound,
+    or without the label, is not touched."""
+    api = FakeApi({
+        "gpu-001": labelled("gpu-001", {"dualsched.io/pool": "h100"}),
+        "gpu-002": labelled("gpu-002", {}),
+        "gpu-009": labelled("gpu-009", {"dualsched.io/pool": "h100"}),  # outside the bound
+    })  # fmt: skip
+    keeper, lines = _keeper(api)
+    desired = {"keptBy": KEPT_BY, "pools": [joining_pool(["gpu-001", "gpu-002", "gpu-003"])]}
+    assert keeper.run_pass(desired, NOON) and keeper.run_pass(desired, NOON)
+    assert api.nodes["gpu-001"]["metadata"]["labels"] == {**THEIR_LABELS, **POOL_LABELS, KEPT_BY_LABEL: "slurm"}
+    assert api.nodes["gpu-001"]["spec"]["taints"] == [SLURM]
+    assert [name for name, _ in api.patches] == ["gpu-001"]  # once; gpu-003 is not logged as missing
+    assert not any("gpu-003" in line for line in lines)
+
+
+def test_a_node_whose_label_is_removed_leaves_the_joining_pool_and_is_released():
+    api = FakeApi({"gpu-001": kept("h100"), "gpu-002": kept("h100")})
+    api.nodes["gpu-001"]["metadata"]["labels"].pop("dualsched.io/pool")  # `kubectl label node gpu-001 dualsched.io/pool-`
+    keeper, lines = _keeper(api)
+    assert keeper.run_pass({"keptBy": KEPT_BY, "pools": [joining_pool(["gpu-001", "gpu-002"])]}, NOON)
+    assert api.nodes["gpu-001"]["metadata"]["labels"] == THEIR_LABELS and api.nodes["gpu-001"]["spec"]["taints"] == [FOREIGN[0]]
+    assert lines[0] == "gpu-001: in no pool any more: released"
+    assert [name for name, _ in api.patches] == ["gpu-001"]
+
+
+def test_without_the_list_of_labelled_nodes_nothing_is_released():
+    """A joined node would look released and lose its slurmd pod: the pass changes nothing and is not complete."""
+
+    class NoLabelList(FakeApi):
+        def node_names(self, selector):
+            if selector.startswith("dualsched.io/pool="):
+                raise urllib.error.HTTPError("/api/v1/nodes", 500, "Internal Server Error", None, None)
+            return super().node_names(selector)
+
+    api = NoLabelList({"gpu-001": kept("h100")})
+    keeper, lines = _keeper(api)
+    assert not keeper.run_pass({"keptBy": KEPT_BY, "pools": [joining_pool(["gpu-001"])]}, NOON)
+    assert api.patches == [] and lines == ["the nodes labelled into pools: the API server refused: 500 Internal Server Error"]
 
 
 def test_a_node_another_stacks_keeper_keeps_is_never_released():
@@ -538,6 +592,19 @@ def test_the_desired_state_is_every_pools_nodes_and_taints(stack):
     assert files.namespace == "slurm" and files.manifest["data"][PROGRAM_FILE] == source(PROGRAM_FILE)
 
 
+def test_a_joining_pools_bound_is_in_the_desired_state_with_its_label_and_in_the_keepers_role_by_name():
+    """The bound's names may be patched (the admission policy asks for KEEP_VERB by name): a kubelet names its own
+    Node after its credential, so no node outside the bound joins whatever labels it gives itself."""
+    rendered = render_raw(with_joining_pool(raw_stack("dev"), nodes="burst-[001-003]"))
+    state = json.loads(_keeper_objects(rendered)[0].manifest["data"][STATE_FILE])
+    [burst] = [pool for pool in state["pools"] if pool["name"] == "burst"]
+    assert burst["nodes"] == ["burst-001", "burst-002", "burst-003"] and burst["joinSelector"] == "dualsched.io/pool=burst"
+    assert "joinSelector" not in state["pools"][0]
+    [role] = [r for r in rendered.by_kind("ClusterRole") if "node-keeper" in r.name]
+    [by_name] = [rule for rule in role.manifest["rules"] if KEEP_VERB in rule["verbs"]]
+    assert {"burst-001", "burst-002", "burst-003"} <= set(by_name["resourceNames"])
+
+
 def test_dev_wants_no_taint_and_prod_the_slurm_taint_on_its_dedicated_pools():
     [dev] = json.loads(_keeper_objects(render_stack("dev"))[0].manifest["data"][STATE_FILE])["pools"]
     assert dev == {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "taints": [], "window": None,
@@ -576,8 +643,8 @@ def test_a_time_shared_pool_gets_its_window_and_the_window_taint_while_closed():
     assert state["pools"][0]["window"] == {"startMinute": 22 * 60, "durationMinutes": 600, "taint": WINDOW}
     assert state["pools"][1]["window"] is None
     # what the program makes of it: the window taint between 08:00 and 22:00 UTC only
-    assert wanted_by_node(state, at("21:59"))["gpu-001"].taints == [WINDOW] and wanted_by_node(state, at("03:00"))["gpu-001"].taints == []
-    assert wanted_by_node(state, at("21:59"))["inf-01"].taints == []
+    assert wanted_by_node(state, at("21:59"), {})["gpu-001"].taints == [WINDOW] and wanted_by_node(state, at("03:00"), {})["gpu-001"].taints == []
+    assert wanted_by_node(state, at("21:59"), {})["inf-01"].taints == []
     assert {"key": WINDOW["key"], "operator": "Equal", "value": "closed", "effect": "NoExecute"} in pod_spec(deployment)["tolerations"]
 
 

@@ -9,6 +9,7 @@ templates or the stacks, regenerate them and review the diff:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 
 from dualsched.components.slurm_files import (
     SLURM_FILES,
+    NODE_TABLE_KEYS,
     RESTART_KEYS,
     compact_hostlist,
     config_hash,
@@ -29,7 +31,7 @@ from dualsched.components.slurm_files import (
     restart_keys,
 )
 from dualsched.config import ConfigError, StackConfig, parse_stack_config
-from rendering import at_release, own_images
+from rendering import at_release, own_images, with_joining_pool
 from tests.conftest import STACKS, raw_stack
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -87,9 +89,10 @@ SLURM_CONF_KEYS = {
     "InactiveLimit", "KillWait", "MinJobAge", "Waittime", "ReturnToService", "NodeName", "PartitionName",
     "AccountingStorageEnforce", "PriorityWeightQOS", "PreemptType", "PreemptMode", "PreemptExemptTime", "JobRequeue",
     "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "TaskProlog", "PropagateResourceLimitsExcept",
-    "PrologFlags", "JobContainerType", "NamespaceType",
+    "PrologFlags", "JobContainerType", "NamespaceType", "MaxNodeCount", "TreeWidth",
 }
 NODE_KEYS = {"NodeName", "NodeAddr", "CPUs", "RealMemory", "MemSpecLimit", "Gres", "Features", "State"}
+NODE_SET_KEYS = {"NodeSet", "Feature"}
 PARTITION_KEYS = {"PartitionName", "Nodes", "Default", "MaxTime", "PriorityTier", "State"}
 GRES_KEYS = {"AutoDetect", "NodeName", "Name", "Type", "Count", "File"}
 CGROUP_KEYS = {"CgroupPlugin", "IgnoreSystemd", "ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices"}
@@ -106,7 +109,7 @@ def _settings(text: str) -> list[list[str]]:
 
 def test_slurm_conf_uses_only_slurm_conf_option_names(stack):
     for keys in _settings(render(config_of(stack))["slurm.conf"]):
-        allowed = NODE_KEYS if keys[0] == "NodeName" else PARTITION_KEYS if keys[0] == "PartitionName" else SLURM_CONF_KEYS
+        allowed = {"NodeName": NODE_KEYS, "NodeSet": NODE_SET_KEYS, "PartitionName": PARTITION_KEYS}.get(keys[0], SLURM_CONF_KEYS)
         assert set(keys) <= allowed, keys
 
 
@@ -532,15 +535,15 @@ BEFORE_RECONFIGURE_NODES = (22, 5)
 
 
 def test_restart_keys_are_slurm_conf_options():
-    assert set(RESTART_KEYS) <= SLURM_CONF_KEYS
+    assert set(RESTART_KEYS) <= SLURM_CONF_KEYS | {"NodeName", "NodeSet"}
     assert "PartitionName" not in RESTART_KEYS
 
 
 @pytest.mark.parametrize(("release", "nodes_restart"), [((22, 5), True), ((23, 2), True), ((23, 11), False), ((25, 11), False), ((26, 5), False)])
 def test_nodes_restart_slurmctld_only_before_23_11(release, nodes_restart):
     """23.11's reconfigure starts slurmctld anew in place: nodes come and go without a restart."""
-    assert ("NodeName" in restart_keys(release)) is nodes_restart
-    assert set(RESTART_KEYS) - set(restart_keys(release)) <= {"NodeName"}
+    assert all((key in restart_keys(release)) is nodes_restart for key in NODE_TABLE_KEYS)
+    assert set(RESTART_KEYS) - set(restart_keys(release)) <= set(NODE_TABLE_KEYS)
 
 
 def test_restart_hash_is_stable(dev_config):
@@ -606,3 +609,48 @@ def test_a_node_line_change_restarts_slurmctld_only_before_23_11(dev_raw, field,
 
 def test_port_change_changes_the_restart_hash(dev_config):
     assert restart_hash(render(dev_config, slurmctld_port=7817), CURRENT) != restart_hash(render(dev_config), CURRENT)
+
+
+# ----------------------------------------------------------------------- nodes that join by label
+
+
+def test_a_pool_whose_nodes_join_by_label_is_a_node_set_of_its_partitions(dev_raw):
+    """No NodeName line: its nodes register themselves (slurmd -Z) with the pool's feature, which its NodeSet
+    matches; the node table has room for every name of every pool; gres.conf names the bound."""
+    files = render(parse_stack_config(with_joining_pool(dev_raw)))
+    conf = files["slurm.conf"]
+    assert lines(conf, "NodeName") == ["NodeName=gpu-[001-002] CPUs=32 RealMemory=128000 MemSpecLimit=1024 Gres=gpu:6 Features=gpu State=CLOUD"]
+    assert lines(conf, "NodeSet") == ["NodeSet=burst Feature=burst"]
+    assert lines(conf, "MaxNodeCount") == ["MaxNodeCount=66"]
+    assert lines(conf, "PartitionName")[0].startswith("PartitionName=gpu Nodes=gpu-[001-002],burst ")
+    assert "NodeName=burst-[001-064] Name=gpu Count=6" in files["gres.conf"].splitlines()
+
+
+def test_without_a_joining_pool_slurm_counts_its_own_nodes(dev_config):
+    conf = render(dev_config)["slurm.conf"]
+    assert not lines(conf, "NodeSet") and not lines(conf, "MaxNodeCount") and not lines(conf, "TreeWidth")
+
+
+@pytest.mark.parametrize(("release", "tree"), [("22.05", True), ("23.02", True), ("23.11", False), ("25.11", False)])
+def test_slurmctld_fans_out_through_dynamic_nodes_from_23_11(dev_raw, release, tree):
+    """dynamic_nodes.html: before 23.11 TreeWidth must be 65533 with dynamic nodes."""
+    conf = render(parse_stack_config(at_release(with_joining_pool(dev_raw), release)))["slurm.conf"]
+    assert lines(conf, "TreeWidth") == (["TreeWidth=65533"] if tree else [])
+
+
+def test_a_partition_of_joining_pools_alone_is_their_node_sets(dev_raw):
+    raw = with_joining_pool(dev_raw)
+    raw["slurm"]["partitions"].append({"name": "burst", "pools": ["burst"], "maxTime": "1:00:00"})
+    assert lines(render(parse_stack_config(raw))["slurm.conf"], "PartitionName")[1].startswith("PartitionName=burst Nodes=burst ")
+
+
+@pytest.mark.parametrize(("release", "restarts"), [("22.05", True), ("25.11", False)])
+def test_a_joining_pool_or_a_wider_bound_restarts_slurmctld_only_before_23_11(dev_raw, release, restarts):
+    """Its NodeSet and MaxNodeCount shape the node table, which 22.05 changes only at a restart; which nodes joined
+    is in no file at all."""
+    before = render(parse_stack_config(at_release(copy.deepcopy(dev_raw), release)))
+    joined = with_joining_pool(at_release(copy.deepcopy(dev_raw), release))
+    wider = with_joining_pool(at_release(copy.deepcopy(dev_raw), release), nodes="burst-[001-128]")
+    version = tuple(map(int, release.split(".")))
+    hashes = [restart_hash(render(parse_stack_config(raw)), version) for raw in (joined, wider)]
+    assert (restart_hash(before, version) != hashes[0]) is restarts and (hashes[0] != hashes[1]) is restarts

@@ -1,10 +1,15 @@
-"""Which Slurm nodes' Kubernetes nodes are cordoned: a sidecar of slurmctld's pod (docs/health.md).
+"""Which Slurm nodes' Kubernetes nodes are cordoned, and which left a pool they joined by label: a sidecar of
+slurmctld's pod (docs/health.md, docs/node-pools.md).
 
 Every round it reads each pool node (GET by name: its ClusterRole names exactly these nodes) and
 writes the names of those with ``spec.unschedulable`` to a file, one a line, replaced atomically.
-cordon_drain.sh, in the reconfigure sidecar beside it, has scontrol and acts on that file: it
-drains those nodes and resumes the ones it drained once they are off the list. A round that fails
-to read any node writes nothing, so a flaky API server never resumes a cordoned node.
+A node of a pool whose nodes join by label is listed with the labels that make it a member (the node
+keeper's: the guarded pool label and the stack's kept-by); one without them, or not in the cluster,
+goes to a second file, the nodes that left. cordon_drain.sh, in the reconfigure sidecar beside it,
+has scontrol and acts on both: it drains the cordoned nodes and resumes the ones it drained once they
+are off the list, and drains a node that left, then deletes it from Slurm once no job runs there. A
+round that fails to read any node writes nothing, so a flaky API server never resumes a cordoned
+node, nor makes a node look gone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, NamedTuple, Optional
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ROUND_SECONDS = 10
@@ -49,14 +54,39 @@ class ApiServer:
             raise
 
 
-def cordoned(nodes: Iterable[str], get_node: GetNode) -> list[str]:
-    """The nodes whose Node is unschedulable; an error reading any of them propagates."""
-    found = []
-    for name in nodes:
-        node = get_node(name)
+class Watched(NamedTuple):
+    """A pool node, and for a node that joins by label the labels it has while it is a member."""
+
+    name: str
+    member_labels: Optional[Mapping[str, str]] = None
+
+
+def parse_watched(text: str) -> list[Watched]:
+    """The watch list: a node a line, followed for a joining node by ``key=value,...`` of its member labels."""
+    watched = []
+    for line in text.splitlines():
+        name, _, labels = line.strip().partition(" ")
+        if name:
+            watched.append(Watched(name, dict(pair.split("=", 1) for pair in labels.split(",")) if labels else None))
+    return watched
+
+
+def member(node: Optional[dict], labels: Mapping[str, str]) -> bool:
+    have = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return node is not None and all(have.get(key) == value for key, value in labels.items())
+
+
+def observe(nodes: Iterable[Watched], get_node: GetNode) -> tuple[list[str], list[str]]:
+    """The nodes whose Node is unschedulable, and the joining nodes that are not members; an error reading any
+    node propagates."""
+    cordoned, left = [], []
+    for watched in nodes:
+        node = get_node(watched.name)
         if node is not None and node.get("spec", {}).get("unschedulable"):
-            found.append(name)
-    return found
+            cordoned.append(watched.name)
+        if watched.member_labels is not None and not member(node, watched.member_labels):
+            left.append(watched.name)
+    return cordoned, left
 
 
 def write_atomically(path: str, names: list[str]) -> None:
@@ -67,13 +97,14 @@ def write_atomically(path: str, names: list[str]) -> None:
     os.replace(partial, path)
 
 
-def run_round(nodes: list[str], get_node: GetNode, out_file: str, log: Callable[[str], None]) -> bool:
+def run_round(nodes: list[Watched], get_node: GetNode, out_file: str, left_file: str, log: Callable[[str], None]) -> bool:
     try:
-        names = cordoned(nodes, get_node)
+        cordoned, left = observe(nodes, get_node)
     except (urllib.error.URLError, OSError, ValueError) as error:
-        log(f"cordon watch: could not read the pool nodes, the list stays as it was: {error}")
+        log(f"cordon watch: could not read the pool nodes, the lists stay as they were: {error}")
         return False
-    write_atomically(out_file, names)
+    write_atomically(left_file, left)
+    write_atomically(out_file, cordoned)
     return True
 
 
@@ -90,13 +121,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     env = os.environ
     with open(env["WATCH_NODES_FILE"]) as listed:
-        nodes = listed.read().split()
+        nodes = parse_watched(listed.read())
     host = env["KUBERNETES_SERVICE_HOST"]
     url = f"https://{f'[{host}]' if ':' in host else host}:{env['KUBERNETES_SERVICE_PORT']}"
     api = ApiServer(url, f"{SERVICE_ACCOUNT_DIR}/token", f"{SERVICE_ACCOUNT_DIR}/ca.crt")
     log_line(f"cordon watch: {len(nodes)} pool nodes, a round every {ROUND_SECONDS}s")
     while True:
-        run_round(nodes, api.node, env["WATCH_OUT_FILE"], log_line)
+        run_round(nodes, api.node, env["WATCH_OUT_FILE"], env["WATCH_LEFT_FILE"], log_line)
         time.sleep(ROUND_SECONDS)
 
 

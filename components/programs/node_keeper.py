@@ -33,8 +33,11 @@ renewed for its ``leaseDurationSeconds`` (measured on this keeper's own clock fr
 as client-go's leader election does, so no two clocks are compared), the node is taken over.
 
 Desired state (JSON): ``{"keptBy": "<label selector>", "pools": [{"name", "nodes": [...], "labels": {key: value},
-"taints": [{"key", "value", "effect"}], "window": null | {"startMinute", "durationMinutes", "taint": {...}}}]}``.
-A time-shared pool's nodes carry the window taint while its daily window (UTC) is closed.
+"taints": [{"key", "value", "effect"}], "window": null | {"startMinute", "durationMinutes", "taint": {...}},
+"joinSelector"?: "<label selector>"}]}``. A time-shared pool's nodes carry the window taint while its daily window
+(UTC) is closed. A pool with a ``joinSelector`` has as nodes those of its ``nodes`` (a bound) that the selector
+matches, listed each pass: a node labelled into it (an autoscaler's template, `kubectl label`) joins it, and one
+whose label is removed leaves it and is released.
 
 Ready (``GET /readyz``) while the last pass found every existing node as wanted; a node that is not
 in the cluster is logged, not waited for. ``GET /healthz`` answers while the process runs.
@@ -114,8 +117,15 @@ RELEASED = Wanted({}, [])
 """What a node that left every pool should carry of the keeper's: nothing."""
 
 
-def wanted_by_node(desired: Mapping, now: datetime) -> dict[str, Wanted]:
-    return {node: Wanted(pool["labels"], wanted_taints(pool, now)) for pool in desired["pools"] for node in pool["nodes"]}
+def members(pool: Mapping, joined: Mapping[str, set[str]]) -> list[str]:
+    """A pool's nodes: those it names, or for a pool whose nodes join by label, those of its bound that carry the label."""
+    if "joinSelector" not in pool:
+        return pool["nodes"]
+    return [node for node in pool["nodes"] if node in joined[pool["name"]]]
+
+
+def wanted_by_node(desired: Mapping, now: datetime, joined: Mapping[str, set[str]]) -> dict[str, Wanted]:
+    return {node: Wanted(pool["labels"], wanted_taints(pool, now)) for pool in desired["pools"] for node in members(pool, joined)}
 
 
 def owned(annotations: Mapping[str, str]) -> set[TaintId]:
@@ -364,10 +374,12 @@ class Keeper:
         self.alive = {}
         renewed = self.attempt("its Lease", lambda: self.api.renew_lease(own, now))
         listed = self.attempt("the list of kept nodes", lambda: self.released(desired))
-        if NO_ANSWER in (renewed, listed):
+        # Without the labelled nodes, a joined node would look released and lose its slurmd: nothing is changed.
+        joined = self.attempt("the nodes labelled into pools", lambda: self.joined(desired))
+        if NO_ANSWER in (renewed, listed, joined) or joined is REFUSED:
             return False
         complete = renewed is not REFUSED and listed is not REFUSED
-        for name, wanted in {**(listed if listed is not REFUSED else {}), **wanted_by_node(desired, now)}.items():
+        for name, wanted in {**(listed if listed is not REFUSED else {}), **wanted_by_node(desired, now, joined)}.items():
             done = self.attempt(name, lambda: self.keep(name, wanted, now, own))
             if done is NO_ANSWER:
                 return False
@@ -384,6 +396,10 @@ class Keeper:
         except (OSError, ValueError) as error:
             self.log(f"{subject}: no answer from the API server ({error}); the pass stops here")
             return NO_ANSWER
+
+    def joined(self, desired: Mapping) -> dict[str, set[str]]:
+        """For each pool whose nodes join by label, the nodes carrying it (one list a pool)."""
+        return {pool["name"]: set(self.api.node_names(pool["joinSelector"])) for pool in desired["pools"] if "joinSelector" in pool}
 
     def released(self, desired: Mapping) -> dict[str, Wanted]:
         """The nodes this keeper kept that no pool names now (RELEASED each): listed by its label."""

@@ -126,12 +126,81 @@ def in_pool(nodes: Nodes, node: str, pool: str, gpus: int) -> bool:
     return bool(re.search(rf"Gres=gpu:{gpus}\b", shown) and idle)
 
 
-def a_node_moves_to_another_pool_and_back_while_a_job_runs(
+JOINING_POOL = "burst"
+"""Pool gpu's like, whose nodes join by label: POOL_MEMBER and names no node has (joining_pool_added)."""
+
+
+def joining_pool_added(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with POOL_MEMBER in no pool, and pool burst like pool gpu in partition gpu, whose nodes join by label
+    within gpu-real-[2,5-6] (POOL_MEMBER and two names no node has)."""
+    changed = copy.deepcopy(config)
+    pools = {pool["name"]: pool for pool in changed["pools"]}
+    assert pools["gpu"]["nodes"] == "gpu-real-[1-2]", pools
+    pools["gpu"]["nodes"] = DEDICATED
+    changed["pools"].append({**copy.deepcopy(pools["gpu"]), "name": JOINING_POOL, "nodes": "gpu-real-[2,5-6]", "joinByLabel": True})
+    [partition] = changed["slurm"]["partitions"]
+    partition["pools"] = [*partition["pools"], JOINING_POOL]
+    return changed
+
+
+def in_no_pool(nodes: Nodes, node: str) -> bool:
+    """``node`` runs no slurmd and Slurm knows no node of its name."""
+    return not any(p["spec"].get("nodeName") == node for p in nodes.slurmd_pods()) and node not in nodes.node_states()
+
+
+def drained_for(nodes: Nodes, node: str, reason: str) -> bool:
+    shown = nodes.slurm("scontrol", "show", "node", "--oneliner", node)
+    return "+DRAIN" in re.search(r" State=(\S+)", shown).group(1) and f" Reason={reason} " in shown
+
+
+def a_node_joins_a_pool_by_label_and_leaves_it_drained_while_jobs_run(
+    nodes: Nodes, deploy: Callable[[dict[str, Any]], None], config: dict[str, Any], slurm_release: str
+) -> None:
+    """With pool burst added and POOL_MEMBER out of every pool, as an autoscaler adds a node: `kubectl label` puts it
+    in the pool, and it is a Slurm node of burst with its GPUs that runs a step, without a `pulumi up`. Then it leaves
+    as a node should: cordoned, so drained while its job runs on and completes, then unlabelled, and deleted from
+    Slurm. Neither restarts a controller, on any release."""
+    deploy(joining_pool_added(config))
+    nodes.wait_for_slurm(f"{POOL_MEMBER} in no pool", lambda: in_no_pool(nodes, POOL_MEMBER), timeout=300, every=3)
+    before = controllers(nodes)
+
+    start = time.monotonic()
+    nodes.world.kubectl("label", "node", POOL_MEMBER, f"dualsched.io/pool={JOINING_POOL}")
+    nodes.wait_for_slurm(f"{POOL_MEMBER} in pool {JOINING_POOL}, idle with 4 GPUs", lambda: in_pool(nodes, POOL_MEMBER, JOINING_POOL, 4),
+                         timeout=300, every=2)  # fmt: skip
+    TIMINGS.append((f"multi-node: a node labelled into a pool is idle in Slurm {slurm_release}, from `kubectl label`", time.monotonic() - start))
+    assert f"ActiveFeatures={JOINING_POOL} " in nodes.slurm("scontrol", "show", "node", "--oneliner", POOL_MEMBER)
+    # the client's configless slurm.conf names no such node: slurmctld hands srun its address
+    ran = nodes.as_user(DEDICATED, "alice", "srun", "--partition=gpu", f"--nodelist={POOL_MEMBER}", "--gres=gpu:4", "--mem=64M",
+                        "--time=2", "hostname")  # fmt: skip
+    assert ran.strip() == POOL_MEMBER
+
+    name = f"leaving-{slurm_release}"
+    job_id = int(nodes.as_user(DEDICATED, "alice", "sbatch", "--parsable", "--partition=gpu", f"--nodelist={POOL_MEMBER}",
+                               "--mem=64M", "--output=/dev/null", held(name)).strip().split(";")[0])  # fmt: skip
+    nodes.wait_for_slurm(f"job {job_id} to run", lambda: nodes.job_state(job_id) == "RUNNING", timeout=120)
+    nodes.world.kubectl("cordon", POOL_MEMBER)
+    try:
+        nodes.wait_for_slurm(f"{POOL_MEMBER} drained for its cordon", lambda: drained_for(nodes, POOL_MEMBER, "dualsched:cordon"), timeout=120)
+        assert nodes.job_state(job_id) == "RUNNING"
+        release(nodes, name)
+        nodes.wait_for_slurm(f"job {job_id} COMPLETED in sacct", lambda: completed(nodes, job_id), timeout=180)
+        nodes.world.kubectl("label", "node", POOL_MEMBER, "dualsched.io/pool-")
+        start = time.monotonic()
+        nodes.wait_for_slurm(f"{POOL_MEMBER} gone from Slurm", lambda: in_no_pool(nodes, POOL_MEMBER), timeout=180, every=2)
+        TIMINGS.append((f"multi-node: a drained node unlabelled is deleted from Slurm {slurm_release}", time.monotonic() - start))
+    finally:
+        nodes.world.kubectl("uncordon", POOL_MEMBER, check=False)
+    assert controllers(nodes) == before
+
+
+def a_node_changes_pools_and_joins_one_by_label_while_a_job_runs(
     nodes: Nodes, deploy: Callable[[dict[str, Any]], None], config: dict[str, Any], slurm_release: str, controller_restarts: bool
 ) -> None:
-    """`pulumi up` with POOL_MEMBER moved from pool gpu (dedicated, 4 GPUs to Slurm) to pool shared (partitioned, 2),
-    then back, while a job runs on DEDICATED: both NodeName lines change each time. The node runs each pool's slurmd
-    in turn and is idle in Slurm with that pool's GPUs, runs a step once back; the running job completes; the
+    """While a job runs on DEDICATED: `pulumi up` with POOL_MEMBER moved from pool gpu (dedicated, 4 GPUs to Slurm) to
+    pool shared (partitioned, 2), both NodeName lines changing; then the joining pool's flow
+    (a_node_joins_a_pool_by_label_and_leaves_it_drained_while_jobs_run); then back to pool gpu. The node runs each pool's
+    slurmd in turn and is idle in Slurm with that pool's GPUs, runs a step once back; the running job completes; the
     controllers restarted or not as the release needs (components/slurm_files.py, restart_keys)."""
     name = f"pool-change-{slurm_release}"
     job_id = int(nodes.as_user(DEDICATED, "alice", "sbatch", "--parsable", "--partition=gpu", f"--nodelist={DEDICATED}",
@@ -142,6 +211,9 @@ def a_node_moves_to_another_pool_and_back_while_a_job_runs(
     deploy(pool_member_moved(config))
     nodes.wait_for_slurm(f"{POOL_MEMBER} in pool shared, idle with 2 GPUs", lambda: in_pool(nodes, POOL_MEMBER, "shared", 2),
                          timeout=300, every=3)  # fmt: skip
+    assert nodes.job_state(job_id) == "RUNNING"
+
+    a_node_joins_a_pool_by_label_and_leaves_it_drained_while_jobs_run(nodes, deploy, config, slurm_release)
     assert nodes.job_state(job_id) == "RUNNING"
 
     deploy(config)

@@ -8,7 +8,8 @@ for Debian 12's Slurm). The flows whose behaviour changes between releases: conf
 each node by its address, GPU GRES, a job from Kubernetes with a Slurm token (auth/jwt) across two nodes
 with its own /tmp (JobContainerType=job_container/tmpfs, 25.11 renames it), accounting, a slurm.conf change
 reaching every daemon by reconfigure (which 24.11's slurmctld does by starting itself anew), with the backup
-controller standing by, and a node moving to another pool and back the same way.
+controller standing by, a node moving to another pool and back the same way, and a node joining a pool by label
+and leaving it (a dynamic node, fanned out to from this release on).
 It runs last in the tier (conftest.py): it removes the local stack, and its own is removed at its end.
 
 The Job is submitted by a second `pulumi up`, once every node is idle: a Job created with the stack meets
@@ -29,7 +30,7 @@ from slurm_releases import SlurmRelease, deployed, every_pod_ready_on, slurm_job
 from test_real_node import SLURM_CONF_CACHE, SLURM_NS, wait_until
 
 from .multi_node_support import (
-    BRIDGE_ADDRESSES, CONTAINER_NODES, NODE_ADDRESSES, NODES, TWO_NODES, Nodes, a_node_moves_to_another_pool_and_back_while_a_job_runs,
+    BRIDGE_ADDRESSES, CONTAINER_NODES, NODE_ADDRESSES, NODES, TWO_NODES, Nodes, a_node_changes_pools_and_joins_one_by_label_while_a_job_runs,
     completed,
 )
 
@@ -134,9 +135,9 @@ def test_a_slurm_conf_change_reaches_every_daemon_by_reconfigure_without_a_resta
         assert {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]} == restarts, pod["metadata"]["name"]
 
 
-def test_a_node_moves_to_another_pool_and_back_while_a_job_runs_without_a_controller_restart(older):
-    """24.11's reconfigure takes node changes: both controllers keep running through them."""
+def test_a_node_changes_pools_and_joins_one_by_label_while_a_job_runs_without_a_controller_restart(older):
+    """24.11's reconfigure takes node changes, and dynamic nodes come and go: both controllers keep running through them."""
     world = older.world
-    a_node_moves_to_another_pool_and_back_while_a_job_runs(
+    a_node_changes_pools_and_joins_one_by_label_while_a_job_runs(
         older, lambda config: up_on(world, TRIXIE, config, [], LABEL), release_config(world), TRIXIE.release, controller_restarts=False
     )

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
-from dualsched.components.compute import conf_servers
+from dualsched.components.compute import slurmd_arguments
 from dualsched.components.munge import MUNGE_KEY_BYTES
 from dualsched.components.programs import source
 from dualsched.components.slurm_files import (
@@ -697,11 +697,12 @@ class LocalCluster(SlurmClient):
         # slurmctld (SlurmctldParameters=enable_configless) and has no SLURM_CONF of its own.
         env = self.env
         del env["SLURM_CONF"]
+        [pool] = [pool for pool in self.config.slurm_pools if self.local_node in pool.node_names]
         return self.spawn(
             "slurmd",
-            # The command line of the slurmd container (components.compute).
-            ["slurmd", "-D", "-N", self.local_node, "--conf-server", conf_servers(self.site)],
-            ready=lambda: self.node(self.local_node).get("SlurmdStartTime", "None") != "None",
+            # The command line of the slurmd container (components.compute); a dynamic node is in no list before it registers.
+            slurmd_arguments(pool, self.site, self.local_node),
+            ready=lambda: self.nodes().get(self.local_node, {}).get("SlurmdStartTime", "None") != "None",
             what=f"slurmd to register as {self.local_node}",
             env=env,
         )
