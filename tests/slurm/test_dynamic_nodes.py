@@ -1,6 +1,7 @@
 """A pool whose nodes join by label, on real daemons: the node's slurmd registers itself as a dynamic node (slurmd -Z
 with the pool's options, as its pod runs it), its NodeSet puts it in the partition with its GPUs and it runs jobs;
-once it left its pool in Kubernetes, cordon_drain.sh drains it, lets its job finish and deletes it from Slurm.
+it stays through a controller restart and a new slurmd; once it left its pool in Kubernetes, cordon_drain.sh
+drains it, lets its job finish and deletes it from Slurm.
 The Kubernetes half (the keeper labelling the node, the watcher finding it gone) is the multi-node tier's."""
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ def test_a_node_joins_its_pool_by_registering_runs_jobs_and_is_deleted_once_it_l
         assert cluster.partition_node_counts()["gpu"] == 1  # node-2, in the bound, never registered
         ran = cluster.sbatch("--partition=gpu", "--gres=gpu:2", "--mem=100M", "--time=5", script="echo joined\n")
         assert cluster.wait_for_job(ran, "COMPLETED")["NodeList"] == LOCAL_NODE
+
+        # A controller restart (a restart key changed) keeps it from the saved state; a new slurmd pod (a rollout)
+        # registers under the same name again.
+        cluster.stop_daemon("slurmctld")
+        cluster.start_slurmctld()
+        assert cluster.wait_for_node_state(LOCAL_NODE, "IDLE+DYNAMIC_NORM")["Gres"] == "gpu:sim:2"
+        cluster.stop_daemon("slurmd")
+        cluster.start_slurmd()
+        assert cluster.wait_for_node_state(LOCAL_NODE, "IDLE+DYNAMIC_NORM")["AvailableFeatures"] == "gpu"
 
         running = cluster.sbatch("--partition=gpu", "--gres=gpu:1", "--mem=100M", script=cluster.held_script("echo finished"))
         cluster.wait_for_job(running, "RUNNING")
