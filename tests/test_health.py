@@ -367,11 +367,17 @@ def test_only_a_valid_registration_after_slurms_own_mismatch_reason_resumes_a_no
 # ------------------------------------------------------------------------ cordon_watch.py
 
 
+def watch(tmp_path: Path, listed: str, get_node, log=print) -> tuple[bool, str, str]:
+    """One watcher round over ``listed`` (the ConfigMap's list): whether it wrote, then the cordoned and the left lists."""
+    nodes_file, out, left = tmp_path / "watched", tmp_path / "cordoned", tmp_path / "left"
+    nodes_file.write_text(listed)
+    wrote = cordon_watch.run_round(str(nodes_file), get_node, str(out), str(left), log)
+    return wrote, out.read_text() if out.exists() else "", left.read_text() if left.exists() else ""
+
+
 def test_the_watcher_lists_unschedulable_nodes_and_keeps_the_list_when_a_read_fails(tmp_path):
-    out, left = tmp_path / "cordoned", tmp_path / "left"
     nodes = {"a": {"spec": {"unschedulable": True}}, "b": {"spec": {}}, "c": None}
-    assert cordon_watch.run_round(cordon_watch.parse_watched("a\nb\nc\n"), nodes.get, str(out), str(left), print)
-    assert out.read_text() == "a\n" and left.read_text() == ""
+    assert watch(tmp_path, "a\nb\nc\n", nodes.get) == (True, "a\n", "")
 
     def flaky(name: str):
         if name == "b":
@@ -379,19 +385,25 @@ def test_the_watcher_lists_unschedulable_nodes_and_keeps_the_list_when_a_read_fa
         return {"spec": {}}
 
     logged: list[str] = []
-    assert not cordon_watch.run_round(cordon_watch.parse_watched("a\nb\n"), flaky, str(out), str(left), logged.append)
-    assert out.read_text() == "a\n" and "the lists stay as they were" in logged[0]
+    assert watch(tmp_path, "a\nb\n", flaky, logged.append) == (False, "a\n", "")
+    assert "the lists stay as they were" in logged[0]
     assert not (tmp_path / "cordoned.partial").exists()
+
+
+def test_the_watcher_reads_its_list_each_round_so_a_pool_change_reaches_it_without_a_restart(tmp_path):
+    """From Slurm 23.11 a pool change restarts no controller pod: the kubelet swaps the new list into the mounted
+    ConfigMap, and the next round watches the new node."""
+    nodes = {"a": {"spec": {}}, "b": {"spec": {"unschedulable": True}}}
+    assert watch(tmp_path, "a\n", nodes.get) == (True, "", "")
+    assert watch(tmp_path, "a\nb\n", nodes.get) == (True, "b\n", "")
 
 
 def test_the_watcher_lists_the_joining_nodes_without_their_member_labels_as_left(tmp_path):
     """A node of a pool whose nodes join by label is a member while it carries the keeper's labels for the pool and
     this stack: one that lost them, carries another pool's or stack's, or is not in the cluster, left."""
     members = {GUARDED_POOL_LABEL: "burst", KEPT_BY_LABEL: "slurm"}
-    watched = cordon_watch.parse_watched(
-        "gpu-001\n" + "".join(f"burst-{k} {GUARDED_POOL_LABEL}=burst,{KEPT_BY_LABEL}=slurm\n" for k in range(1, 6))
-    )
-    assert watched[1] == cordon_watch.Watched("burst-1", members)
+    listed = "gpu-001\n" + "".join(f"burst-{k} {GUARDED_POOL_LABEL}=burst,{KEPT_BY_LABEL}=slurm\n" for k in range(1, 6))
+    assert cordon_watch.parse_watched(listed)[1] == cordon_watch.Watched("burst-1", members)
     nodes = {
         "gpu-001": {"metadata": {"labels": {}}, "spec": {}},  # a listed node: never left
         "burst-1": {"metadata": {"labels": {**members, "other": "x"}}, "spec": {"unschedulable": True}},  # cordoned member
@@ -400,9 +412,7 @@ def test_the_watcher_lists_the_joining_nodes_without_their_member_labels_as_left
         "burst-4": None,  # deleted, or never joined
         "burst-5": {"metadata": {"labels": members}, "spec": {}},
     }
-    out, left = tmp_path / "cordoned", tmp_path / "left"
-    assert cordon_watch.run_round(watched, nodes.get, str(out), str(left), print)
-    assert out.read_text() == "burst-1\n" and left.read_text() == "burst-2\nburst-3\nburst-4\n"
+    assert watch(tmp_path, listed, nodes.get) == (True, "burst-1\n", "burst-2\nburst-3\nburst-4\n")
 
 
 def test_slurmctld_may_reach_the_api_server_only_for_the_cordon_watcher():

@@ -1,7 +1,8 @@
 """Which Slurm nodes' Kubernetes nodes are cordoned, and which left a pool they joined by label: a sidecar of
 slurmctld's pod (docs/health.md, docs/node-pools.md).
 
-Every round it reads each pool node (GET by name: its ClusterRole names exactly these nodes) and
+Every round it reads the list of pool nodes afresh from its ConfigMap, then each pool node (GET by name: its
+ClusterRole names exactly these nodes), and
 writes the names of those with ``spec.unschedulable`` to a file, one a line, replaced atomically.
 A node of a pool whose nodes join by label is listed with the labels that make it a member (the node
 keeper's: the guarded pool label and the stack's kept-by); one without them, or not in the cluster,
@@ -97,8 +98,12 @@ def write_atomically(path: str, names: list[str]) -> None:
     os.replace(partial, path)
 
 
-def run_round(nodes: list[Watched], get_node: GetNode, out_file: str, left_file: str, log: Callable[[str], None]) -> bool:
+def run_round(nodes_file: str, get_node: GetNode, out_file: str, left_file: str, log: Callable[[str], None]) -> bool:
+    """One round over the watch list as the ConfigMap has it now: the kubelet swaps a changed list in, and a pool change
+    that needs no slurmctld restart (Slurm 23.11 and later) restarts no watcher either."""
     try:
+        with open(nodes_file) as listed:
+            nodes = parse_watched(listed.read())
         cordoned, left = observe(nodes, get_node)
     except (urllib.error.URLError, OSError, ValueError) as error:
         log(f"cordon watch: could not read the pool nodes, the lists stay as they were: {error}")
@@ -120,14 +125,12 @@ def stop(signum: int, frame: object) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     env = os.environ
-    with open(env["WATCH_NODES_FILE"]) as listed:
-        nodes = parse_watched(listed.read())
     host = env["KUBERNETES_SERVICE_HOST"]
     url = f"https://{f'[{host}]' if ':' in host else host}:{env['KUBERNETES_SERVICE_PORT']}"
     api = ApiServer(url, f"{SERVICE_ACCOUNT_DIR}/token", f"{SERVICE_ACCOUNT_DIR}/ca.crt")
-    log_line(f"cordon watch: {len(nodes)} pool nodes, a round every {ROUND_SECONDS}s")
+    log_line(f"cordon watch: the pool nodes of {env['WATCH_NODES_FILE']}, a round every {ROUND_SECONDS}s")
     while True:
-        run_round(nodes, api.node, env["WATCH_OUT_FILE"], env["WATCH_LEFT_FILE"], log_line)
+        run_round(env["WATCH_NODES_FILE"], api.node, env["WATCH_OUT_FILE"], env["WATCH_LEFT_FILE"], log_line)
         time.sleep(ROUND_SECONDS)
 
 
