@@ -12,6 +12,7 @@ import base64
 import copy
 from collections import Counter
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -36,7 +37,7 @@ from dualsched.components.report import (
     plan_from_renders,
     render_markdown,
 )
-from rendering import ROOT, at_release, raw_stack, render_raw
+from rendering import ROOT, at_release, raw_stack, render_raw, with_joining_pool
 
 NEW_SLURMD = "ghcr.io/slinkyproject/slurmd:25.11.7-ubuntu24.04"
 NEW_SLURMD_PYXIS = "ghcr.io/slinkyproject/slurmd-pyxis:25.11.7-ubuntu24.04"
@@ -138,6 +139,16 @@ def test_node_line_change_restarts_slurmctld_before_23_11(tmp_path):
     assert "spec.template.metadata.annotations.dualsched.io/slurm-restart-hash" in restart.change.paths
     assert any("dualsched.io/slurm-restart-hash" in detail for detail in restart.details)
     assert_no_secret(compared.markdown, compared.base, compared.head)
+
+
+@pytest.mark.parametrize(("release", "restarts"), [("22.05", True), ("25.11", False)])
+def test_a_pool_whose_nodes_join_by_label_restarts_slurmctld_only_before_23_11(tmp_path, release, restarts):
+    """Its NodeSet and MaxNodeCount shape the node table: the report says which release restarts for them. The
+    nodes that join later change no file at all."""
+    # prod: the cordon watcher a joining pool needs already runs
+    compared = compare(tmp_path, "prod", lambda raw: with_joining_pool(raw, like=raw["pools"][0]["name"]), release=release)
+    assert Impact.CONFIG_RELOAD in compared.impacts and (Impact.SLURMCTLD_RESTART in compared.impacts) is restarts
+    assert "+NodeSet=burst Feature=burst" in compared.markdown and re.search(r"\+MaxNodeCount=\d+", compared.markdown)
 
 
 def test_a_new_user_restarts_the_pods_that_read_the_user_files(tmp_path):
