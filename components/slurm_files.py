@@ -208,6 +208,13 @@ class _NodeLine:
             return None
         return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
 
+    @property
+    def options(self) -> str:
+        """What every node of the pool has, in slurm.conf's words: its NodeName line after the names and addresses,
+        and what a joining node's slurmd registers (slurmd -Z --conf)."""
+        gres = f" Gres={self.gres}" if self.gres else ""
+        return f"CPUs={self.cpus} RealMemory={self.real_memory_mb} MemSpecLimit={self.mem_spec_limit_mb}{gres} Features={self.name}"
+
 
 @dataclass(frozen=True)
 class _PartitionLine:
@@ -248,11 +255,9 @@ def _node_lines(config: StackConfig, site: Site) -> list[_NodeLine]:
 
 
 def dynamic_node_options(pool: NodePool) -> str:
-    """What a joining node's slurmd registers (slurmd -Z --conf): its pool's NodeName line without the names, the
-    pool's feature putting it in the pool's NodeSet. Its address is the one it registers from."""
-    line = _node_line(pool)
-    gres = f" Gres={line.gres}" if line.gres else ""
-    return f"CPUs={line.cpus} RealMemory={line.real_memory_mb} MemSpecLimit={line.mem_spec_limit_mb}{gres} Features={pool.name}"
+    """What a joining node's slurmd registers (slurmd -Z --conf): its pool's NodeName options, the pool's feature
+    putting it in the pool's NodeSet. Its address is the one it registers from."""
+    return _node_line(pool).options
 
 
 def _partition_nodes(config: StackConfig, pools: Sequence[str]) -> str:

@@ -535,7 +535,7 @@ BEFORE_RECONFIGURE_NODES = (22, 5)
 
 
 def test_restart_keys_are_slurm_conf_options():
-    assert set(RESTART_KEYS) <= SLURM_CONF_KEYS | {"NodeName", "NodeSet"}
+    assert set(RESTART_KEYS) <= SLURM_CONF_KEYS | {"NodeSet"}
     assert "PartitionName" not in RESTART_KEYS
 
 

@@ -57,6 +57,7 @@ TOOLS = (
 )  # fmt: skip
 
 WAIT = 60.0
+CORDON_DRAIN = Path(__file__).resolve().parents[2] / "components" / "programs" / "cordon_drain.sh"
 OUTSIDE_JOB_TMP = "/var/tmp"
 """Where each cluster's files live: jobs see this machine's /var/tmp, while /tmp (where tempfile puts
 them by default) is their own (job_container.conf), so release files and the shared directory there
@@ -736,6 +737,14 @@ class LocalCluster(SlurmClient):
             "sbatch", "--parsable", f"--chdir={jobs}", f"--output={jobs}/job-%j.out", *options, str(path),
         )  # fmt: skip
         return int(out.strip().split(";")[0])
+
+    def cordon_round(self, cordoned: Sequence[str], left: Sequence[str] = ()) -> str:
+        """One round of the reconfigure sidecar's cordon step (cordon_drain.sh), with the lists cordon_watch.py would
+        write: the nodes cordoned in Kubernetes, and those that left a pool they joined by label."""
+        paths = self.root / "cordoned", self.root / "left"
+        for path, names in zip(paths, (cordoned, left)):
+            path.write_text("".join(f"{name}\n" for name in names))
+        return self.run("sh", str(CORDON_DRAIN), *map(str, paths))
 
     def held_script(self, then: str = "") -> str:
         """A job script that runs until the test calls :meth:`release` for its job, then ``then``."""

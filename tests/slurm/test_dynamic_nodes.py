@@ -7,7 +7,6 @@ The Kubernetes half (the keeper labelling the node, the watcher finding it gone)
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +18,6 @@ from harness import LocalCluster, wait_until
 from conftest import LOCAL_NODE
 
 pytestmark = pytest.mark.slurm
-
-CORDON_DRAIN = Path(__file__).resolve().parents[2] / "components" / "programs" / "cordon_drain.sh"
 
 
 def joining(raw: dict[str, Any]) -> dict[str, Any]:
@@ -43,15 +40,6 @@ def restarted_with(cluster: LocalCluster, raw: dict[str, Any]) -> StackConfig:
     return config
 
 
-def watcher_round(cluster: LocalCluster, left: list[str]) -> str:
-    """One round of the reconfigure sidecar's cordon step, with the lists cordon_watch.py would write: no node
-    cordoned, ``left`` gone from the pool."""
-    cordoned, gone = cluster.root / "cordoned", cluster.root / "left"
-    cordoned.write_text("")
-    gone.write_text("".join(f"{name}\n" for name in left))
-    return cluster.run("sh", str(CORDON_DRAIN), str(cordoned), str(gone))
-
-
 def test_a_node_joins_its_pool_by_registering_runs_jobs_and_is_deleted_once_it_left(cluster: LocalCluster, local_raw):
     try:
         restarted_with(cluster, joining(local_raw))
@@ -72,13 +60,13 @@ def test_a_node_joins_its_pool_by_registering_runs_jobs_and_is_deleted_once_it_l
 
         running = cluster.sbatch("--partition=gpu", "--gres=gpu:1", "--mem=100M", script=cluster.held_script("echo finished"))
         cluster.wait_for_job(running, "RUNNING")
-        assert f"{LOCAL_NODE}: left its pool in Kubernetes, drained" in watcher_round(cluster, [LOCAL_NODE])
-        assert watcher_round(cluster, [LOCAL_NODE]) == ""  # its job runs on: not deleted
+        assert f"{LOCAL_NODE}: left its pool in Kubernetes, drained" in cluster.cordon_round([], left=[LOCAL_NODE])
+        assert cluster.cordon_round([], left=[LOCAL_NODE]) == ""  # its job runs on: not deleted
         assert cluster.job(running)["JobState"] == "RUNNING"
         cluster.release(running)
         cluster.wait_for_job(running, "COMPLETED")
         wait_until(f"{LOCAL_NODE} deleted from Slurm",
-                   lambda: "deleted from Slurm" in watcher_round(cluster, [LOCAL_NODE]) or LOCAL_NODE not in cluster.nodes())  # fmt: skip
+                   lambda: "deleted from Slurm" in cluster.cordon_round([], left=[LOCAL_NODE]) or LOCAL_NODE not in cluster.nodes())  # fmt: skip
         assert LOCAL_NODE not in cluster.nodes()
         assert "gpu" not in cluster.partition_node_counts() or cluster.partition_node_counts()["gpu"] == 0
     finally:

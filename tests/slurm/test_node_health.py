@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from conftest import LOCAL_NODE
-from harness import LocalCluster, make_gpu_devices, wait_until
+from harness import CORDON_DRAIN, LocalCluster, make_gpu_devices, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -133,28 +133,18 @@ def test_an_admins_drain_is_left_alone_even_when_a_check_fails(healthy: LocalClu
 
 # ----------------------------------------------------------------- Kubernetes cordon -> Slurm drain
 
-CORDON_DRAIN = Path(__file__).resolve().parents[2] / "components" / "programs" / "cordon_drain.sh"
-
-
-def cordon_round(cluster: LocalCluster, listed: list[str]) -> str:
-    """One round of the reconfigure sidecar's cordon step, with the list cordon_watch.py would write."""
-    cordoned = cluster.root / "cordoned"
-    cordoned.write_text("".join(f"{name}\n" for name in listed))
-    return cluster.run("sh", str(CORDON_DRAIN), str(cordoned))
-
-
 def test_a_cordon_drains_with_its_reason_the_job_completes_and_the_uncordon_resumes(cluster: LocalCluster):
     running = cluster.sbatch("--partition=gpu", "--gres=gpu:1", script=cluster.held_script("echo finished"))
     cluster.wait_for_job(running, "RUNNING")
     try:
-        assert f"{LOCAL_NODE}: cordoned in Kubernetes, drained" in cordon_round(cluster, [LOCAL_NODE])
+        assert f"{LOCAL_NODE}: cordoned in Kubernetes, drained" in cluster.cordon_round([LOCAL_NODE])
         assert drain(cluster.node(LOCAL_NODE)) == "dualsched:cordon"
-        assert cordon_round(cluster, [LOCAL_NODE]) == ""  # already drained: nothing to do
+        assert cluster.cordon_round([LOCAL_NODE]) == ""  # already drained: nothing to do
         waiting = cluster.sbatch("--partition=gpu", "--gres=gpu:1", script="echo second\n")
         cluster.release(running)
         cluster.wait_for_job(running, "COMPLETED")
         assert cluster.job(waiting)["JobState"] == "PENDING"
-        assert f"{LOCAL_NODE}: uncordoned in Kubernetes, resumed" in cordon_round(cluster, [])
+        assert f"{LOCAL_NODE}: uncordoned in Kubernetes, resumed" in cluster.cordon_round([])
         cluster.wait_for_job(waiting, "COMPLETED", timeout=ROUNDS)
     finally:
         cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=RESUME", check=False)
@@ -163,8 +153,8 @@ def test_a_cordon_drains_with_its_reason_the_job_completes_and_the_uncordon_resu
 def test_an_uncordon_never_resumes_an_admins_drain(cluster: LocalCluster):
     cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=DRAIN", "Reason=admin: new firmware")
     try:
-        assert cordon_round(cluster, [LOCAL_NODE]) == ""
-        assert cordon_round(cluster, []) == ""
+        assert cluster.cordon_round([LOCAL_NODE]) == ""
+        assert cluster.cordon_round([]) == ""
         assert drain(cluster.node(LOCAL_NODE)) == "admin: new firmware"
     finally:
         cluster.run("scontrol", "update", f"NodeName={LOCAL_NODE}", "State=RESUME", check=False)
